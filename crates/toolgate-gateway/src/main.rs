@@ -1,0 +1,3 @@
+//! The `toolgate` binary.
+
+fn main() {}

@@ -1,0 +1,258 @@
+//! The immediate (never waiting) admission of one call: resolve the quotas that
+//! govern it, lock their cells in a global order, check them all, charge them all.
+//!
+//! All-or-nothing comes from holding every lock of the call while deciding: nothing is
+//! charged until every quota has said yes, so a denied call consumes nothing and no
+//! rollback is ever needed. Locks are taken in address order, so calls sharing pools
+//! cannot deadlock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::clock::Nanos;
+use crate::decision::{Call, Reason, Rejection};
+use crate::permit::{Held, Permit};
+use crate::policy::ToolRuntime;
+use crate::quota::{Cell, CellState, CostOf, Fit, Kind, Quota, Slot};
+use crate::sync::MutexGuard;
+
+/// A cell, borrowed from the policy or owned (a tenant partition).
+#[derive(Debug)]
+pub(crate) enum CellRef<'a> {
+    Shared(&'a Arc<Cell>),
+    Owned(Arc<Cell>),
+}
+
+/// One quota of a call, with the cost it is charged.
+#[derive(Debug)]
+pub(crate) struct Step<'a> {
+    pub(crate) quota: &'a Arc<Quota>,
+    pub(crate) cell: CellRef<'a>,
+    pub(crate) cost: u64,
+}
+
+pub(crate) type Plan<'a> = SmallVec<[Step<'a>; 4]>;
+pub(crate) type Guards<'a> = SmallVec<[MutexGuard<'a, CellState>; 4]>;
+
+/// What the quotas of a call said, under their locks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Verdict {
+    /// The earliest time every rate and token quota conforms.
+    pub(crate) at: Nanos,
+    /// The step that sets `at`, if later than now.
+    pub(crate) binding: Option<usize>,
+    /// A concurrency step that is full.
+    pub(crate) full: Option<usize>,
+}
+
+/// A call that could not be admitted now.
+#[derive(Debug)]
+pub(crate) struct Denied {
+    pub(crate) rejection: Rejection,
+    /// The earliest conforming time of the rate and token quotas.
+    pub(crate) at: Nanos,
+    /// Whether waiting can help.
+    pub(crate) can_wait: bool,
+}
+
+// === impl CellRef ===
+
+impl CellRef<'_> {
+    pub(crate) fn get(&self) -> &Arc<Cell> {
+        match self {
+            Self::Shared(c) => c,
+            Self::Owned(c) => c,
+        }
+    }
+}
+
+// === impl Step ===
+
+impl Step<'_> {
+    pub(crate) fn is_concurrency(&self) -> bool {
+        matches!(self.quota.def.kind, Kind::Concurrency(_))
+    }
+
+    /// Whether a permit must keep this step until the call ends.
+    fn is_held(&self) -> bool {
+        self.is_concurrency() || self.quota.def.cost_of == CostOf::Tokens
+    }
+
+    pub(crate) fn held(&self) -> Held {
+        Held {
+            quota: self.quota.clone(),
+            cell: self.cell.get().clone(),
+            cost: self.cost,
+        }
+    }
+}
+
+/// Locks the cells of a sorted plan.
+pub(crate) fn lock_all<'a>(plan: &'a [Step<'_>]) -> Guards<'a> {
+    plan.iter().map(|s| s.cell.get().lock()).collect()
+}
+
+/// Checks the steps of one mode (enforced or shadow) at `now`.
+pub(crate) fn evaluate(
+    plan: &[Step<'_>],
+    guards: &mut [MutexGuard<'_, CellState>],
+    now: Nanos,
+    shadow: bool,
+) -> Verdict {
+    let mut v = Verdict {
+        at: now,
+        binding: None,
+        full: None,
+    };
+    for (i, (s, g)) in plan.iter().zip(guards.iter_mut()).enumerate() {
+        let def = &s.quota.def;
+        if def.shadow != shadow {
+            continue;
+        }
+        g.settle(def, now);
+        if s.cost == 0 {
+            continue;
+        }
+        match g.fit(def, s.cost, now) {
+            Fit::At(t) if t > v.at => {
+                v.at = t;
+                v.binding = Some(i);
+            }
+            Fit::At(_) => {}
+            Fit::Full => {
+                v.full = v.full.or(Some(i));
+            }
+        }
+    }
+    v
+}
+
+impl Verdict {
+    pub(crate) fn admits(&self, now: Nanos) -> bool {
+        self.full.is_none() && self.at <= now
+    }
+
+    /// The step to name in a rejection, with its reason and retry time.
+    pub(crate) fn blame(&self, now: Nanos) -> Option<(usize, Reason, Option<Duration>)> {
+        if let Some(i) = self.binding.filter(|_| self.at > now) {
+            return Some((i, Reason::RateLimited, Some(Duration::from_nanos(self.at - now))));
+        }
+        self.full.map(|i| (i, Reason::ConcurrencyLimited, None))
+    }
+}
+
+/// Charges the steps of one mode at `at`, collecting what the permit must keep.
+pub(crate) fn charge(
+    plan: &[Step<'_>],
+    guards: &mut [MutexGuard<'_, CellState>],
+    at: Nanos,
+    shadow: bool,
+    held: &mut SmallVec<[Held; 2]>,
+) {
+    for (s, g) in plan.iter().zip(guards.iter_mut()) {
+        if s.quota.def.shadow != shadow {
+            continue;
+        }
+        if s.cost > 0 {
+            g.charge(&s.quota.def, s.cost, at);
+        }
+        if s.is_held() {
+            held.push(s.held());
+        }
+    }
+}
+
+// === impl ToolRuntime ===
+
+impl ToolRuntime {
+    /// A rejection of this tool.
+    pub(crate) fn rejection(&self, quota: &Quota, reason: Reason, retry: Option<Duration>) -> Rejection {
+        let reason = match reason {
+            Reason::RateLimited => quota.def.reason(),
+            other => other,
+        };
+        Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry)
+    }
+
+    /// The quotas governing `call`, sorted in lock order.
+    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Rejection> {
+        let mut plan = Plan::new();
+        for q in &self.quotas {
+            let cost = match q.def.cost_of {
+                CostOf::Requests => call.count,
+                CostOf::Tokens => call.tokens,
+            };
+            if cost > q.def.capacity() {
+                return Err(self.rejection(q, Reason::CostExceedsCapacity, None));
+            }
+            let cell = match &q.slot {
+                Slot::Single(c) => CellRef::Shared(c),
+                Slot::Partitioned(parts) => {
+                    let tenant = call.tenant.unwrap_or("");
+                    let cell = parts
+                        .get(tenant, &q.def, now)
+                        .map_err(|_| self.rejection(q, Reason::RateLimited, None))?;
+                    CellRef::Owned(cell)
+                }
+            };
+            plan.push(Step {
+                quota: q,
+                cell,
+                cost,
+            });
+        }
+        if plan.len() > 1 {
+            plan.sort_unstable_by_key(|s| s.cell.get().order());
+        }
+        Ok(plan)
+    }
+
+    /// Admits `call` now or says why not; never waits.
+    pub(crate) fn try_admit(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
+        let plan = self.plan(call, now).map_err(|rejection| Denied {
+            rejection,
+            at: now,
+            can_wait: false,
+        })?;
+        let mut guards = lock_all(&plan);
+        let v = evaluate(&plan, &mut guards, now, false);
+        if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
+            return Err(Denied {
+                rejection: self.rejection(plan[i].quota, reason, retry),
+                at: v.at,
+                can_wait: true,
+            });
+        }
+        let mut held = SmallVec::new();
+        charge(&plan, &mut guards, now, false, &mut held);
+        self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
+        drop(guards);
+        self.stats.on_admit(Duration::ZERO, call.tenant);
+        Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
+    }
+
+    /// Computes the decision of the shadow quotas: charges them if they would admit,
+    /// records the rejection they would have made otherwise. Never enforces.
+    pub(crate) fn shadow_pass(
+        &self,
+        plan: &[Step<'_>],
+        guards: &mut [MutexGuard<'_, CellState>],
+        now: Nanos,
+        tenant: Option<&str>,
+        held: &mut SmallVec<[Held; 2]>,
+    ) {
+        if !plan.iter().any(|s| s.quota.def.shadow) {
+            return;
+        }
+        let v = evaluate(plan, guards, now, true);
+        match v.blame(now).filter(|_| !v.admits(now)) {
+            None => charge(plan, guards, now, true, held),
+            Some((i, reason, _)) => {
+                let r = self.rejection(plan[i].quota, reason, None);
+                self.stats.on_shadow_reject(r.quota(), r.reason(), tenant);
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Time for the engine: every reading and every sleep goes through a [`Clock`].
+//!
+//! Why a trait: admission decisions are functions of time, so tests must be able to
+//! drive time by hand ([`ManualClock`]) and get the same answer every run, while
+//! production uses the monotonic system clock ([`SystemClock`]). Times are plain
+//! nanosecond counts ([`Nanos`]) measured from the clock's own origin, which keeps the
+//! quota arithmetic in integers.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// Nanoseconds since a clock's origin.
+pub type Nanos = u64;
+
+/// A future that completes when a clock reaches a deadline.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// A monotonic source of time that can also sleep until a deadline.
+pub trait Clock: fmt::Debug + Send + Sync + 'static {
+    /// The current time. Never decreases.
+    fn now(&self) -> Nanos;
+
+    /// A future that completes once [`Clock::now`] has reached `deadline`.
+    fn sleep_until(&self, deadline: Nanos) -> Sleep;
+}
+
+/// Converts a [`Duration`] to [`Nanos`], saturating at `u64::MAX` (about 584 years).
+pub(crate) fn nanos(d: Duration) -> Nanos {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The monotonic clock of the running process (tokio's `Instant`, so paused tokio
+/// time in tests is honoured too). Sleeping needs a tokio runtime with the time driver.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemClock {
+    origin: tokio::time::Instant,
+}
+
+/// A clock that moves only when told to: for deterministic tests and simulations.
+///
+/// [`ManualClock::advance`] wakes exactly the sleepers whose deadline has been reached,
+/// in deadline order; nothing else ever wakes them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// assert_eq!(clock.now(), 0);
+/// clock.advance(Duration::from_millis(500));
+/// assert_eq!(clock.now(), 500_000_000);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+#[derive(Debug, Default)]
+struct ManualInner {
+    now: AtomicU64,
+    next_id: AtomicU64,
+    timers: Mutex<BTreeMap<(Nanos, u64), Waker>>,
+}
+
+struct ManualSleep {
+    clock: Arc<ManualInner>,
+    deadline: Nanos,
+    id: u64,
+    registered: bool,
+}
+
+// === impl SystemClock ===
+
+impl SystemClock {
+    /// A system clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Nanos {
+        nanos(self.origin.elapsed())
+    }
+
+    fn sleep_until(&self, deadline: Nanos) -> Sleep {
+        let at = self
+            .origin
+            .checked_add(Duration::from_nanos(deadline))
+            .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30));
+        Box::pin(tokio::time::sleep_until(at))
+    }
+}
+
+// === impl ManualClock ===
+
+impl ManualClock {
+    /// A manual clock standing at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves time forward by `by` and wakes every sleeper that became due.
+    pub fn advance(&self, by: Duration) {
+        self.inner.now.fetch_add(nanos(by), Ordering::SeqCst);
+        self.inner.wake_due();
+    }
+
+    /// Moves time forward to `to` (no effect if `to` is in the past) and wakes every
+    /// sleeper that became due.
+    pub fn set(&self, to: Nanos) {
+        self.inner.now.fetch_max(to, Ordering::SeqCst);
+        self.inner.wake_due();
+    }
+
+    /// The number of sleepers still waiting for their deadline.
+    pub fn sleepers(&self) -> usize {
+        self.inner.timers.lock().len()
+    }
+
+    /// The earliest deadline any sleeper waits for.
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        self.inner.timers.lock().keys().next().map(|(t, _)| *t)
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Nanos {
+        self.inner.now.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until(&self, deadline: Nanos) -> Sleep {
+        Box::pin(ManualSleep {
+            clock: self.inner.clone(),
+            deadline,
+            id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
+            registered: false,
+        })
+    }
+}
+
+impl ManualInner {
+    fn wake_due(&self) {
+        let now = self.now.load(Ordering::SeqCst);
+        let due = {
+            let mut timers = self.timers.lock();
+            let later = timers.split_off(&(now.saturating_add(1), 0));
+            std::mem::replace(&mut *timers, later)
+        };
+        for waker in due.into_values() {
+            waker.wake();
+        }
+    }
+}
+
+impl Future for ManualSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut timers = self.clock.timers.lock();
+        // Checked under the timer lock: `advance` stores the new time before it takes
+        // the lock, so a sleeper either sees the new time or is found by `wake_due`.
+        if self.clock.now.load(Ordering::SeqCst) >= self.deadline {
+            timers.remove(&(self.deadline, self.id));
+            drop(timers);
+            self.registered = false;
+            return Poll::Ready(());
+        }
+        timers.insert((self.deadline, self.id), cx.waker().clone());
+        drop(timers);
+        self.registered = true;
+        Poll::Pending
+    }
+}
+
+impl Drop for ManualSleep {
+    fn drop(&mut self) {
+        if self.registered {
+            self.clock.timers.lock().remove(&(self.deadline, self.id));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_test::task;
+
+    #[test]
+    fn advance_wakes_exactly_the_due_sleepers() {
+        let clock = ManualClock::new();
+        let mut early = task::spawn(clock.sleep_until(10));
+        let mut late = task::spawn(clock.sleep_until(20));
+        assert!(early.poll().is_pending());
+        assert!(late.poll().is_pending());
+        assert_eq!(clock.sleepers(), 2);
+
+        clock.set(10);
+        assert!(early.is_woken());
+        assert!(!late.is_woken());
+        assert!(early.poll().is_ready());
+        assert!(late.poll().is_pending());
+
+        clock.advance(Duration::from_nanos(10));
+        assert!(late.is_woken());
+        assert!(late.poll().is_ready());
+        assert_eq!(clock.sleepers(), 0);
+    }
+
+    #[test]
+    fn a_dropped_sleeper_leaves_no_timer() {
+        let clock = ManualClock::new();
+        let mut sleep = task::spawn(clock.sleep_until(5));
+        assert!(sleep.poll().is_pending());
+        drop(sleep);
+        assert_eq!(clock.sleepers(), 0);
+    }
+
+    #[test]
+    fn set_never_moves_backwards() {
+        let clock = ManualClock::new();
+        clock.set(100);
+        clock.set(50);
+        assert_eq!(clock.now(), 100);
+    }
+}

@@ -1,0 +1,333 @@
+//! What a caller asks for ([`Call`]) and what it is told when the answer is no
+//! ([`Rejection`]), plus how an admitted call ends ([`Outcome`], [`Completion`]).
+//!
+//! A rejection is a value, not a failure of the tool: it says which quota said no,
+//! why, and — when known — when to come back. "Not now" (`retry_after` is set) and
+//! "never" ([`Reason::CostExceedsCapacity`], no `retry_after`) are kept apart.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a call was not admitted. The strings of [`Reason::as_str`] are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// A request-rate quota (bucket or sliding window) has no room now.
+    RateLimited,
+    /// A token budget has no room now.
+    TokensLimited,
+    /// A concurrency limit is full.
+    ConcurrencyLimited,
+    /// The predicted wait is longer than the call's `max_wait`.
+    MaxWaitExceeded,
+    /// The tool's wait queue is full.
+    QueueFull,
+    /// The call's cost can never fit the quota (cost > burst).
+    CostExceedsCapacity,
+    /// The tool's circuit breaker is open.
+    CircuitOpen,
+    /// The tool has no policy and `unknown_tools = "deny"`.
+    UnknownTool,
+}
+
+/// A call that was not admitted, and consumed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    tool: Arc<str>,
+    quota: Arc<str>,
+    reason: Reason,
+    retry_after: Option<Duration>,
+}
+
+/// A request for admission of one tool call.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate::Call;
+///
+/// let call = Call::new("search_documents")
+///     .tenant("acme")
+///     .tokens(1_200)
+///     .max_wait(Duration::from_millis(250));
+/// assert_eq!(call.tool_name(), "search_documents");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub(crate) tool: &'a str,
+    pub(crate) tenant: Option<&'a str>,
+    pub(crate) tokens: u64,
+    pub(crate) count: u64,
+    pub(crate) max_wait: Option<Duration>,
+}
+
+/// How an admitted call ended, as fed to the circuit breaker and adaptive limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool answered and its answer was usable.
+    Success,
+    /// The tool failed.
+    Error,
+    /// The tool did not answer in time (also recorded for expired leases).
+    Timeout,
+    /// The tool answered but its output failed the schema or semantic check.
+    Invalid,
+}
+
+/// What a caller reports when an admitted call ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// How the call ended.
+    pub outcome: Outcome,
+    /// How long the tool took, if the caller measured it.
+    pub latency: Option<Duration>,
+    /// The actual token count, reconciled against the estimate given at admission.
+    pub tokens: Option<u64>,
+}
+
+// === impl Reason ===
+
+impl Reason {
+    /// The stable string of this reason, e.g. `"rate_limited"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::RateLimited => "rate_limited",
+            Self::TokensLimited => "tokens_limited",
+            Self::ConcurrencyLimited => "concurrency_limited",
+            Self::MaxWaitExceeded => "max_wait_exceeded",
+            Self::QueueFull => "queue_full",
+            Self::CostExceedsCapacity => "cost_exceeds_capacity",
+            Self::CircuitOpen => "circuit_open",
+            Self::UnknownTool => "unknown_tool",
+        }
+    }
+
+    /// Every reason, in a fixed order.
+    pub const ALL: [Reason; 8] = [
+        Self::RateLimited,
+        Self::TokensLimited,
+        Self::ConcurrencyLimited,
+        Self::MaxWaitExceeded,
+        Self::QueueFull,
+        Self::CostExceedsCapacity,
+        Self::CircuitOpen,
+        Self::UnknownTool,
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Reason {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown reason {s:?}"))
+    }
+}
+
+// === impl Rejection ===
+
+impl Rejection {
+    /// A rejection of `tool` by `quota` (a config path such as `tools.x.rate`).
+    pub fn new(
+        tool: impl Into<Arc<str>>,
+        quota: impl Into<Arc<str>>,
+        reason: Reason,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        Self {
+            tool: tool.into(),
+            quota: quota.into(),
+            reason,
+            retry_after,
+        }
+    }
+
+    /// The tool the call was for.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The quota that said no, as a config path (`tools.lookup_customer.rate`,
+    /// `pools.crm.tokens`); empty for unknown tools.
+    pub fn quota(&self) -> &str {
+        &self.quota
+    }
+
+    /// Why the call was rejected.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// When the same call could be admitted if nothing else happened meanwhile; `None`
+    /// when unknown (concurrency) or never (`cost_exceeds_capacity`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call to {:?} rejected: {}", self.tool, self.reason)?;
+        if !self.quota.is_empty() {
+            write!(f, " by {}", self.quota)?;
+        }
+        if let Some(d) = self.retry_after {
+            write!(f, "; retry after {}ms", d.as_millis().max(1))?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+// === impl Call ===
+
+impl<'a> Call<'a> {
+    /// A call to `tool` with cost one request and no token estimate.
+    pub const fn new(tool: &'a str) -> Self {
+        Self {
+            tool,
+            tenant: None,
+            tokens: 0,
+            count: 1,
+            max_wait: None,
+        }
+    }
+
+    /// The tenant whose partitions the call draws from (for `partition = "tenant"`).
+    pub const fn tenant(mut self, tenant: &'a str) -> Self {
+        self.tenant = Some(tenant);
+        self
+    }
+
+    /// Sets the tenant from an option.
+    pub const fn with_tenant(mut self, tenant: Option<&'a str>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// The estimated token cost charged to `tokens` budgets at admission.
+    pub const fn tokens(mut self, tokens: u64) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// How many requests this admission stands for (default 1).
+    pub const fn count(mut self, count: u64) -> Self {
+        self.count = count;
+        self
+    }
+
+    /// Overrides the tool's `max_wait` for this call (wait mode only).
+    pub const fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// The tool's name.
+    pub const fn tool_name(&self) -> &'a str {
+        self.tool
+    }
+}
+
+// === impl Outcome ===
+
+impl Outcome {
+    /// The stable string of this outcome, as used by the HTTP API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+impl std::str::FromStr for Outcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "success" => Ok(Self::Success),
+            "error" => Ok(Self::Error),
+            "timeout" => Ok(Self::Timeout),
+            "invalid" => Ok(Self::Invalid),
+            other => Err(format!(
+                "unknown outcome {other:?} (expected success, error, timeout or invalid)"
+            )),
+        }
+    }
+}
+
+// === impl Completion ===
+
+impl Completion {
+    /// A completion with this outcome and nothing else known.
+    pub const fn new(outcome: Outcome) -> Self {
+        Self {
+            outcome,
+            latency: None,
+            tokens: None,
+        }
+    }
+
+    /// A successful completion.
+    pub const fn success() -> Self {
+        Self::new(Outcome::Success)
+    }
+
+    /// Records the measured latency.
+    pub const fn latency(mut self, latency: Duration) -> Self {
+        self.latency = Some(latency);
+        self
+    }
+
+    /// Records the actual token count, to reconcile against the estimate.
+    pub const fn tokens(mut self, tokens: u64) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_round_trip_through_their_stable_strings() {
+        for r in Reason::ALL {
+            assert_eq!(r.as_str().parse::<Reason>(), Ok(r));
+        }
+        assert_eq!(Reason::ALL[Reason::UnknownTool.index()], Reason::UnknownTool);
+    }
+
+    #[test]
+    fn a_rejection_displays_its_quota_and_retry_time() {
+        let r = Rejection::new(
+            "lookup_customer",
+            "tools.lookup_customer.rate",
+            Reason::RateLimited,
+            Some(Duration::from_millis(500)),
+        );
+        assert_eq!(
+            r.to_string(),
+            "call to \"lookup_customer\" rejected: rate_limited by tools.lookup_customer.rate; retry after 500ms"
+        );
+    }
+}

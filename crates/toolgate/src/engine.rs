@@ -1,0 +1,376 @@
+//! The [`Engine`]: admission by tool name against a live, reloadable policy.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
+
+use crate::admission::{charge, evaluate, CellRef, Step};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{OnLimit, UnknownTools};
+use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
+use crate::permit::Permit;
+use crate::policy::{Compiled, Policy, ToolRuntime};
+use crate::queue::Scheduler;
+use crate::sync::Mutex;
+
+/// The admission engine: decides, before a tool call runs, whether it may start.
+///
+/// Cheap to clone (a handle to shared state) and safe to use from any number of
+/// threads and tasks. All time comes from its [`Clock`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use toolgate::{Call, Engine, ManualClock, Policy, Reason};
+///
+/// let clock = ManualClock::new();
+/// let policy = Policy::from_toml_str(r#"
+///     [tools.lookup_customer]
+///     rate = "2/s"
+///     burst = 2
+/// "#).unwrap();
+/// let engine = Engine::with_clock(policy, Arc::new(clock.clone()));
+///
+/// let call = Call::new("lookup_customer");
+/// let admitted: Vec<_> = (0..5).filter_map(|_| engine.try_admit(&call).ok()).collect();
+/// assert_eq!(admitted.len(), 2);
+///
+/// let no = engine.try_admit(&call).unwrap_err();
+/// assert_eq!(no.reason(), Reason::RateLimited);
+/// assert_eq!(no.quota(), "tools.lookup_customer.rate");
+/// assert_eq!(no.retry_after(), Some(Duration::from_millis(500)));
+///
+/// clock.advance(Duration::from_millis(500));
+/// assert!(engine.try_admit(&call).is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    core: Arc<Core>,
+    compiled: ArcSwap<Compiled>,
+    reload: Mutex<()>,
+}
+
+/// What every tool of an engine shares: the clock and the waiters' scheduler.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) sched: Mutex<Scheduler>,
+}
+
+/// The error of [`Engine::execute`]: rejected before the tool ran, or failed in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecuteError<E> {
+    /// The call was not admitted; the tool did not run.
+    Rejected(Rejection),
+    /// The tool ran and failed.
+    Tool(E),
+}
+
+// === impl Engine ===
+
+impl Engine {
+    /// An engine on the system clock.
+    pub fn new(policy: Policy) -> Self {
+        Self::with_clock(policy, Arc::new(SystemClock::new()))
+    }
+
+    /// An engine on the given clock.
+    pub fn with_clock(policy: Policy, clock: Arc<dyn Clock>) -> Self {
+        let core = Arc::new(Core {
+            clock,
+            sched: Mutex::new(Scheduler::default()),
+        });
+        let now = core.clock.now();
+        let compiled = Compiled::new(policy, &core, None, now);
+        Self {
+            inner: Arc::new(Inner {
+                core,
+                compiled: ArcSwap::from_pointee(compiled),
+                reload: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The engine's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.core.clock
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.inner.compiled.load().policy.clone()
+    }
+
+    /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] naming the quota that said no; nothing was consumed.
+    pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        let compiled = self.inner.compiled.load();
+        let Some(tool) = compiled.tools.get(call.tool) else {
+            return self.unknown(&compiled, call);
+        };
+        let now = self.inner.core.clock.now();
+        tool.try_admit(call, now).map_err(|d| {
+            tool.stats.on_reject(&d.rejection, call.tenant);
+            d.rejection
+        })
+    }
+
+    /// Admits `call`, waiting in FIFO order when the tool's `on_limit` is `"wait"` or
+    /// the call sets its own `max_wait`.
+    ///
+    /// A call whose predicted wait exceeds its `max_wait` is rejected at once with
+    /// `max_wait_exceeded` (it never sleeps first and fails later), and one that finds
+    /// the tool's queue full with `queue_full`. Waits for a concurrency slot cannot be
+    /// predicted: such a call queues for the slot until its `max_wait` runs out, then
+    /// is rejected with `concurrency_limited`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe. Dropping the future before it completes leaves the accounting
+    /// exactly as if the call had never arrived: its reservations are undone and the
+    /// waiters behind it move up. Once its admission time has been reached the call
+    /// counts as admitted; dropping it then is like dropping a [`Permit`].
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use toolgate::{Call, Engine, Policy};
+    ///
+    /// let engine = Engine::new(Policy::from_toml_str(r#"
+    ///     [tools.search]
+    ///     rate = "10/s"
+    ///     burst = 1
+    ///     on_limit = "wait"
+    ///     max_wait = "1s"
+    /// "#).unwrap());
+    /// let first = engine.admit(&Call::new("search")).await.unwrap();
+    /// let second = engine.admit(&Call::new("search")).await.unwrap();
+    /// assert_eq!(first.waited(), Duration::ZERO);
+    /// assert_eq!(second.waited(), Duration::from_millis(100));
+    /// # }
+    /// ```
+    pub async fn admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        let tool = {
+            let compiled = self.inner.compiled.load();
+            match compiled.tools.get(call.tool) {
+                Some(t) => t.clone(),
+                None => return self.unknown(&compiled, call),
+            }
+        };
+        let now = self.inner.core.clock.now();
+        let denied = match tool.try_admit(call, now) {
+            Ok(permit) => return Ok(permit),
+            Err(d) => d,
+        };
+        let waits = tool.on_limit == OnLimit::Wait || call.max_wait.is_some();
+        let result = if waits && denied.can_wait {
+            tool.clone().wait(*call, denied).await
+        } else {
+            Err(denied.rejection)
+        };
+        if let Err(r) = &result {
+            tool.stats.on_reject(r, call.tenant);
+        }
+        result
+    }
+
+    /// Admits every call or none (a multi-step plan): quotas shared by several calls
+    /// are charged with their sum. Never waits.
+    ///
+    /// # Errors
+    ///
+    /// The rejection of the first quota that cannot fit; nothing was consumed.
+    pub fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
+        let compiled = self.inner.compiled.load();
+        let now = self.inner.core.clock.now();
+        let mut tools: Vec<Option<&Arc<ToolRuntime>>> = Vec::with_capacity(calls.len());
+        let mut plans = Vec::with_capacity(calls.len());
+        for call in calls {
+            match compiled.tools.get(call.tool) {
+                Some(t) => {
+                    let plan = t.plan(call, now).inspect_err(|r| t.stats.on_reject(r, call.tenant))?;
+                    tools.push(Some(t));
+                    plans.push(plan);
+                }
+                None => {
+                    if compiled.unknown == UnknownTools::Deny {
+                        return self.unknown(&compiled, call).map(|_| Vec::new());
+                    }
+                    tools.push(None);
+                    plans.push(SmallVec::new());
+                }
+            }
+        }
+        // One step per cell, costs summed.
+        let mut merged: Vec<Step<'_>> = Vec::new();
+        for step in plans.iter().flatten() {
+            match merged.iter_mut().find(|m| Arc::ptr_eq(m.cell.get(), step.cell.get())) {
+                Some(m) => m.cost += step.cost,
+                None => merged.push(Step {
+                    quota: step.quota,
+                    cell: CellRef::Owned(step.cell.get().clone()),
+                    cost: step.cost,
+                }),
+            }
+        }
+        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.def.capacity()) {
+            let tool = owner(&tools, &plans, s);
+            let r = tool.rejection(s.quota, Reason::CostExceedsCapacity, None);
+            tool.stats.on_reject(&r, None);
+            return Err(r);
+        }
+        merged.sort_unstable_by_key(|s| s.cell.get().order());
+        let mut guards = crate::admission::lock_all(&merged);
+        let v = evaluate(&merged, &mut guards, now, false);
+        if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
+            let tool = owner(&tools, &plans, &merged[i]);
+            let r = tool.rejection(merged[i].quota, reason, retry);
+            tool.stats.on_reject(&r, None);
+            return Err(r);
+        }
+        let mut scratch = SmallVec::new();
+        charge(&merged, &mut guards, now, false, &mut scratch);
+        let shadow_ok = evaluate(&merged, &mut guards, now, true).admits(now);
+        if shadow_ok {
+            charge(&merged, &mut guards, now, true, &mut scratch);
+        }
+        drop(guards);
+        let mut permits = Vec::with_capacity(calls.len());
+        for ((call, tool), plan) in calls.iter().zip(&tools).zip(&plans) {
+            let Some(tool) = tool else {
+                permits.push(Permit::new(None, SmallVec::new(), now, Duration::ZERO));
+                continue;
+            };
+            let held = plan
+                .iter()
+                .filter(|s| {
+                    (s.is_concurrency() || s.quota.def.cost_of == crate::quota::CostOf::Tokens)
+                        && (!s.quota.def.shadow || shadow_ok)
+                })
+                .map(Step::held)
+                .collect();
+            if !shadow_ok {
+                if let Some(s) = plan.iter().find(|s| s.quota.def.shadow) {
+                    tool.stats.on_shadow_reject(&s.quota.def.path, s.quota.def.reason(), call.tenant);
+                }
+            }
+            tool.stats.on_admit(Duration::ZERO, call.tenant);
+            permits.push(Permit::new(Some((*tool).clone()), held, now, Duration::ZERO));
+        }
+        Ok(permits)
+    }
+
+    /// Runs `f` if `call` is admitted (waiting as [`Engine::admit`] does), then
+    /// completes the permit with the outcome and latency.
+    ///
+    /// # Errors
+    ///
+    /// [`ExecuteError::Rejected`] if the call was not admitted (`f` did not run), or
+    /// [`ExecuteError::Tool`] with `f`'s own error.
+    pub async fn execute<F, Fut, T, E>(&self, call: &Call<'_>, f: F) -> Result<T, ExecuteError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let permit = self.admit(call).await.map_err(ExecuteError::Rejected)?;
+        let clock = self.clock().clone();
+        let start = clock.now();
+        let result = f().await;
+        let latency = Duration::from_nanos(clock.now().saturating_sub(start));
+        let outcome = if result.is_ok() {
+            Outcome::Success
+        } else {
+            Outcome::Error
+        };
+        permit.complete(Completion::new(outcome).latency(latency));
+        result.map_err(ExecuteError::Tool)
+    }
+
+    /// Puts a new policy in force. Quotas whose definition did not change keep their
+    /// state (and waiters); changed ones start from a conversion of the old state that
+    /// never grants more than the old quota had left. Calls already admitted or
+    /// waiting are unaffected.
+    pub fn apply(&self, policy: Policy) {
+        let _serial = self.inner.reload.lock();
+        let old = self.inner.compiled.load_full();
+        let now = self.inner.core.clock.now();
+        let new = Compiled::new(policy, &self.inner.core, Some(&old), now);
+        self.inner.compiled.store(Arc::new(new));
+    }
+
+    fn unknown(&self, compiled: &Compiled, call: &Call<'_>) -> Result<Permit, Rejection> {
+        let stats = &compiled.unknown_stats;
+        match compiled.unknown {
+            UnknownTools::Allow => Ok(Permit::new(
+                None,
+                SmallVec::new(),
+                self.inner.core.clock.now(),
+                Duration::ZERO,
+            )),
+            UnknownTools::Deny => {
+                let r = Rejection::new(call.tool, "unknown_tools", Reason::UnknownTool, None);
+                stats.on_reject(&r, call.tenant);
+                Err(r)
+            }
+        }
+    }
+
+    pub(crate) fn compiled(&self) -> arc_swap::Guard<Arc<Compiled>> {
+        self.inner.compiled.load()
+    }
+}
+
+fn owner<'a>(
+    tools: &[Option<&'a Arc<ToolRuntime>>],
+    plans: &[crate::admission::Plan<'_>],
+    step: &Step<'_>,
+) -> &'a Arc<ToolRuntime> {
+    let i = plans
+        .iter()
+        .position(|p| p.iter().any(|s| Arc::ptr_eq(s.cell.get(), step.cell.get())))
+        .unwrap_or(0);
+    tools
+        .get(i)
+        .copied()
+        .flatten()
+        .or_else(|| tools.iter().flatten().next().copied())
+        .expect("a merged step comes from a known tool")
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for ExecuteError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rejected(r) => write!(f, "{r}"),
+            Self::Tool(e) => write!(f, "tool failed: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for ExecuteError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Rejected(r) => Some(r),
+            Self::Tool(e) => Some(e),
+        }
+    }
+}

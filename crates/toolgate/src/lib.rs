@@ -1,0 +1,87 @@
+//! Admission control and flow control for AI-agent tool calls.
+//!
+//! An agent's model can ask for many tool calls in one response, and frameworks run
+//! them concurrently. toolgate decides **before a tool runs** whether the call may
+//! start, against per-tool and shared (pool) quotas — token buckets, exact sliding
+//! windows, token budgets, concurrency limits, per-tenant partitions — all-or-nothing
+//! across every quota of the call, failing fast or waiting in FIFO order.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use toolgate::{Call, Engine, ManualClock, Policy, Reason};
+//!
+//! let clock = ManualClock::new();
+//! let engine = Engine::with_clock(
+//!     Policy::from_toml_str(r#"
+//!         [pools.crm]
+//!         rate = "100/min"
+//!         burst = 3
+//!
+//!         [tools.lookup_customer]
+//!         rate = "2/s"
+//!         burst = 2
+//!         pools = ["crm"]
+//!
+//!         [tools.update_customer]
+//!         rate = "5/s"
+//!         pools = ["crm"]
+//!     "#).unwrap(),
+//!     Arc::new(clock.clone()),
+//! );
+//!
+//! // Five concurrent lookups: exactly two get through.
+//! let results: Vec<_> = (0..5).map(|_| engine.try_admit(&Call::new("lookup_customer"))).collect();
+//! assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 2);
+//!
+//! // The pool has one request left; the update takes it, the next one is refused by
+//! // the pool, not by the tool's own quota.
+//! assert!(engine.try_admit(&Call::new("update_customer")).is_ok());
+//! let no = engine.try_admit(&Call::new("update_customer")).unwrap_err();
+//! assert_eq!((no.reason(), no.quota()), (Reason::RateLimited, "pools.crm.rate"));
+//!
+//! // Tools without a policy pass untouched.
+//! assert!(engine.try_admit(&Call::new("get_weather")).is_ok());
+//! ```
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---------|---------|--------------|
+//! | `tower` | yes     | [`layer::AdmissionLayer`], admission in front of any `tower::Service` |
+//!
+//! # Semantics
+//!
+//! `docs/semantics.md` in the repository explains burst and refill, FIFO waiting,
+//! all-or-nothing admission, cancellation, reloads and what is not guaranteed.
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.85. Raising it is a minor-version change.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+mod admission;
+mod clock;
+pub mod config;
+mod decision;
+mod engine;
+#[cfg(feature = "tower")]
+pub mod layer;
+mod observe;
+mod partition;
+mod permit;
+mod policy;
+mod queue;
+mod quota;
+mod rate;
+mod state;
+mod sync;
+
+pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
+pub use decision::{Call, Completion, Outcome, Reason, Rejection};
+pub use engine::{Engine, ExecuteError};
+pub use permit::Permit;
+pub use policy::Policy;
+pub use state::{QuotaState, ToolState};

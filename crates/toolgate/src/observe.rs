@@ -1,0 +1,141 @@
+//! Per-tool counters and the `metrics`/`tracing` output of every decision.
+//!
+//! Metric handles are registered once per tool when a policy is compiled, so the hot
+//! path only bumps atomics. Install the `metrics` recorder before building an engine.
+//! Tool arguments never reach this module: it only sees names, quota paths, reasons
+//! and durations.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+
+use crate::decision::{Outcome, Reason, Rejection};
+
+/// Live counters of one tool, kept across policy reloads.
+#[derive(Debug)]
+pub(crate) struct ToolStats {
+    pub(crate) name: Arc<str>,
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) admitted: AtomicU64,
+    pub(crate) rejected: AtomicU64,
+    pub(crate) shadow_rejected: AtomicU64,
+    pub(crate) outcomes: [AtomicU64; 4],
+    metrics: ToolMetrics,
+}
+
+#[derive(Debug)]
+struct ToolMetrics {
+    admitted: Counter,
+    rejected: [Counter; 8],
+    shadow_rejected: [Counter; 8],
+    wait: Histogram,
+    in_flight: Gauge,
+}
+
+/// Leaves the wait queue count when dropped.
+#[derive(Debug)]
+pub(crate) struct QueueSlot(Arc<ToolStats>);
+
+// === impl ToolStats ===
+
+impl ToolStats {
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        let label = name.to_string();
+        let by_reason = |decision: &'static str| {
+            Reason::ALL.map(|r| {
+                metrics::counter!("toolgate_admissions_total",
+                    "tool" => label.clone(), "decision" => decision, "reason" => r.as_str())
+            })
+        };
+        let metrics = ToolMetrics {
+            admitted: metrics::counter!("toolgate_admissions_total",
+                "tool" => label.clone(), "decision" => "admitted", "reason" => "none"),
+            rejected: by_reason("rejected"),
+            shadow_rejected: by_reason("shadow_rejected"),
+            wait: metrics::histogram!("toolgate_wait_seconds", "tool" => label.clone()),
+            in_flight: metrics::gauge!("toolgate_in_flight", "tool" => label),
+        };
+        Self {
+            name,
+            in_flight: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            admitted: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            shadow_rejected: AtomicU64::new(0),
+            outcomes: Default::default(),
+            metrics,
+        }
+    }
+
+    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.metrics.admitted.increment(1);
+        self.metrics.in_flight.increment(1.0);
+        if !waited.is_zero() {
+            self.metrics.wait.record(waited.as_secs_f64());
+        }
+        tracing::debug!(
+            target: "toolgate::decision",
+            tool = &*self.name,
+            tenant,
+            decision = "admitted",
+            waited_ms = waited.as_millis() as u64,
+        );
+    }
+
+    pub(crate) fn on_reject(&self, r: &Rejection, tenant: Option<&str>) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        self.metrics.rejected[r.reason().index()].increment(1);
+        tracing::debug!(
+            target: "toolgate::decision",
+            tool = &*self.name,
+            tenant,
+            decision = "rejected",
+            reason = r.reason().as_str(),
+            quota = r.quota(),
+            retry_after_ms = r.retry_after().map(|d| d.as_millis() as u64),
+        );
+    }
+
+    pub(crate) fn on_shadow_reject(&self, quota: &str, reason: Reason, tenant: Option<&str>) {
+        self.shadow_rejected.fetch_add(1, Ordering::Relaxed);
+        self.metrics.shadow_rejected[reason.index()].increment(1);
+        tracing::info!(
+            target: "toolgate::decision",
+            tool = &*self.name,
+            tenant,
+            decision = "shadow_rejected",
+            reason = reason.as_str(),
+            quota,
+            "shadow mode: the call would have been rejected",
+        );
+    }
+
+    pub(crate) fn on_finish(&self, outcome: Option<Outcome>) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.in_flight.decrement(1.0);
+        if let Some(o) = outcome {
+            self.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Joins the wait queue unless `limit` waiters are already in it.
+    pub(crate) fn enter_queue(self: &Arc<Self>, limit: usize) -> Option<QueueSlot> {
+        let prev = self.waiting.fetch_add(1, Ordering::AcqRel);
+        if prev >= limit {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(QueueSlot(self.clone()))
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,174 @@
+//! Per-tenant instances of a quota, with bounded memory.
+//!
+//! Keyed limiters commonly grow without bound: every distinct key ever seen keeps its
+//! state. Here a partition is evicted as soon as it is *idle* — its state is
+//! indistinguishable from a fresh one (a full bucket, an empty window, nothing in
+//! flight, nobody waiting) — so eviction never changes a decision. Sweeps run when a
+//! shard doubles, which amortises them to O(1) per insert, and a hard cap
+//! (`max_partitions`) bounds memory even when every partition is busy: past it, new
+//! tenants are refused until old ones go idle, rather than evicting live state (which
+//! would hand out fresh quota and over-admit).
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::clock::Nanos;
+use crate::quota::{Cell, QuotaDef};
+use crate::sync::Mutex;
+
+const SHARDS: usize = 16;
+const MIN_SWEEP: usize = 64;
+
+/// The partitions of one quota.
+#[derive(Debug)]
+pub(crate) struct Partitions {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard_max: usize,
+    hasher: hashbrown::DefaultHashBuilder,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Box<str>, Arc<Cell>>,
+    next_sweep: usize,
+}
+
+/// Every partition slot of the shard is held by a busy tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Full;
+
+// === impl Partitions ===
+
+impl Partitions {
+    pub(crate) fn new(max: usize) -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: HashMap::new(),
+                    next_sweep: MIN_SWEEP,
+                })
+            })
+            .collect();
+        Self {
+            shards,
+            per_shard_max: max.div_ceil(SHARDS).max(1),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        let mut h = self.hasher.build_hasher();
+        key.hash(&mut h);
+        let i = (h.finish() as usize) % SHARDS;
+        &self.shards[i]
+    }
+
+    /// The cell of `key`, created from `def` if absent.
+    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<Cell>, Full> {
+        let mut shard = self.shard(key).lock();
+        if let Some(cell) = shard.map.get(key) {
+            return Ok(cell.clone());
+        }
+        if shard.map.len() >= shard.next_sweep || shard.map.len() >= self.per_shard_max {
+            shard.sweep(def, now);
+            shard.next_sweep = (shard.map.len() * 2).max(MIN_SWEEP);
+            if shard.map.len() >= self.per_shard_max {
+                return Err(Full);
+            }
+        }
+        let cell = Arc::new(Cell::new(def.fresh(now)));
+        shard.map.insert(key.into(), cell.clone());
+        Ok(cell)
+    }
+
+    /// The cell of `key` if it exists.
+    pub(crate) fn peek(&self, key: &str) -> Option<Arc<Cell>> {
+        self.shard(key).lock().map.get(key).cloned()
+    }
+
+    /// Live partitions.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Removes every idle partition now.
+    pub(crate) fn sweep(&self, def: &QuotaDef, now: Nanos) {
+        for s in self.shards.iter() {
+            s.lock().sweep(def, now);
+        }
+    }
+
+    /// The same partitions with each cell converted (policy reload).
+    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Cell) -> Self {
+        let new = Self::new(max);
+        for (old, fresh) in self.shards.iter().zip(new.shards.iter()) {
+            let old = old.lock();
+            let mut fresh = fresh.lock();
+            for (k, cell) in &old.map {
+                fresh.map.insert(k.clone(), Arc::new(convert(cell)));
+            }
+            fresh.next_sweep = (fresh.map.len() * 2).max(MIN_SWEEP);
+        }
+        new
+    }
+}
+
+// === impl Shard ===
+
+impl Shard {
+    fn sweep(&mut self, def: &QuotaDef, now: Nanos) {
+        // A partition still referenced elsewhere (an admission in progress, a permit,
+        // a waiter) is never removed, and only idle state is: eviction is lossless.
+        self.map
+            .retain(|_, cell| Arc::strong_count(cell) > 1 || !cell.lock().is_idle(def, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Rate, Window};
+
+    fn def() -> QuotaDef {
+        let rate = Rate::per_second(1).unwrap_or_else(|e| panic!("{e}"));
+        QuotaDef::rate("tools.t.rate".into(), rate, Some(1), Window::Bucket)
+    }
+
+    #[test]
+    fn idle_partitions_are_evicted_and_busy_ones_are_kept() {
+        let def = def();
+        let parts = Partitions::new(1_000_000);
+        for i in 0..10_000 {
+            let cell = parts.get(&format!("tenant-{i}"), &def, 0).unwrap_or_else(|_| panic!("full"));
+            let mut st = cell.lock();
+            if i % 2 == 0 {
+                st.charge(&def, 1, 0);
+            }
+        }
+        // At t=0 the charged half is busy; sweeps kept them.
+        parts.sweep(&def, 0);
+        assert_eq!(parts.len(), 5_000);
+        // One second later every bucket is full again: all idle.
+        parts.sweep(&def, 1_000_000_000);
+        assert_eq!(parts.len(), 0);
+    }
+
+    #[test]
+    fn the_cap_refuses_new_tenants_while_every_partition_is_busy() {
+        let def = def();
+        let parts = Partitions::new(SHARDS * 4);
+        let mut refused = 0;
+        for i in 0..1_000 {
+            match parts.get(&format!("t{i}"), &def, 0) {
+                Ok(cell) => cell.lock().charge(&def, 1, 0),
+                Err(Full) => refused += 1,
+            }
+        }
+        assert!(parts.len() <= SHARDS * 4);
+        assert!(refused >= 1_000 - SHARDS * 4);
+        // Once they are idle, new tenants get in again.
+        assert!(parts.get("newcomer", &def, 1_000_000_000).is_ok());
+    }
+}

@@ -1,0 +1,128 @@
+//! The RAII permit of an admitted call.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::clock::Nanos;
+use crate::decision::Completion;
+use crate::policy::ToolRuntime;
+use crate::quota::{Cell, CostOf, Kind, Quota};
+
+/// Proof that a call was admitted.
+///
+/// Complete it with [`Permit::complete`] when the call ends, to release its
+/// concurrency, reconcile its token estimate against the actual count and feed the
+/// outcome to the resilience layers. Dropping it without completing (a panic, a
+/// cancelled task) still releases everything it holds; the outcome is then unknown and
+/// is not counted as a failure. The engine never re-runs an admitted call.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate::{Call, Completion, Engine, Policy};
+///
+/// let engine = Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 1").unwrap());
+/// let permit = engine.try_admit(&Call::new("t")).unwrap();
+/// assert!(engine.try_admit(&Call::new("t")).is_err());
+/// permit.complete(Completion::success());
+/// assert!(engine.try_admit(&Call::new("t")).is_ok());
+/// ```
+#[must_use = "a permit releases its quota when dropped"]
+pub struct Permit {
+    tool: Option<Arc<ToolRuntime>>,
+    held: SmallVec<[Held; 2]>,
+    admitted_at: Nanos,
+    waited: Duration,
+    done: bool,
+}
+
+/// A part of a quota a permit keeps until the call ends: concurrency to release, or a
+/// token estimate to reconcile.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) quota: Arc<Quota>,
+    pub(crate) cell: Arc<Cell>,
+    pub(crate) cost: u64,
+}
+
+// === impl Permit ===
+
+impl Permit {
+    pub(crate) fn new(
+        tool: Option<Arc<ToolRuntime>>,
+        held: SmallVec<[Held; 2]>,
+        admitted_at: Nanos,
+        waited: Duration,
+    ) -> Self {
+        Self {
+            tool,
+            held,
+            admitted_at,
+            waited,
+            done: false,
+        }
+    }
+
+    /// The tool's name, or `None` for a tool without a policy (admitted without
+    /// accounting).
+    pub fn tool(&self) -> Option<&str> {
+        self.tool.as_deref().map(|t| &*t.name)
+    }
+
+    /// When the call was admitted, on the engine's clock.
+    pub fn admitted_at(&self) -> Nanos {
+        self.admitted_at
+    }
+
+    /// How long the call waited for admission.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Ends the call: releases concurrency, reconciles tokens and records the outcome.
+    pub fn complete(mut self, completion: Completion) {
+        self.finish(Some(completion));
+    }
+
+    fn finish(&mut self, completion: Option<Completion>) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let Some(tool) = &self.tool else {
+            return;
+        };
+        let core = &tool.core;
+        for h in self.held.drain(..) {
+            match (h.quota.def.kind, h.quota.def.cost_of) {
+                (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
+                (_, CostOf::Tokens) => {
+                    if let Some(actual) = completion.and_then(|c| c.tokens) {
+                        core.reconcile(&h, actual);
+                    }
+                }
+                _ => {}
+            }
+        }
+        tool.stats.on_finish(completion.map(|c| c.outcome));
+    }
+}
+
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.finish(None);
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("tool", &self.tool())
+            .field("admitted_at", &self.admitted_at)
+            .field("waited", &self.waited)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,198 @@
+//! A validated [`Config`] ([`Policy`]) and its compiled, runnable form.
+//!
+//! Compiling turns every quota of the config into a [`Quota`] named by its config path
+//! (`tools.x.rate`, `pools.crm.tokens`, …). On a reload, a quota whose definition did
+//! not change is carried over as it is — state, waiters and all — and one whose
+//! definition changed starts from a conversion of the old state that never grants
+//! more than the old quota had left.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+
+use crate::clock::Nanos;
+use crate::config::{Config, ConfigErrors, Mode, OnLimit, QuotaConfig, UnknownTools};
+use crate::engine::Core;
+use crate::observe::ToolStats;
+use crate::quota::{Quota, QuotaDef};
+
+/// A validated config, ready to run.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate::Policy;
+///
+/// let policy = Policy::from_toml_str("[tools.lookup_customer]\nrate = \"2/s\"").unwrap();
+/// assert!(policy.tools.contains_key("lookup_customer"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy(Config);
+
+/// A policy compiled against an engine's state.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub(crate) policy: Policy,
+    pub(crate) tools: HashMap<Box<str>, Arc<ToolRuntime>>,
+    pub(crate) quotas: HashMap<Arc<str>, Arc<Quota>>,
+    pub(crate) unknown: UnknownTools,
+    pub(crate) unknown_stats: Arc<ToolStats>,
+}
+
+/// A tool as the engine runs it.
+#[derive(Debug)]
+pub(crate) struct ToolRuntime {
+    pub(crate) name: Arc<str>,
+    /// The tool's own quotas, then those of its pools.
+    pub(crate) quotas: Vec<Arc<Quota>>,
+    pub(crate) on_limit: OnLimit,
+    pub(crate) max_wait: Duration,
+    pub(crate) queue_limit: usize,
+    pub(crate) stats: Arc<ToolStats>,
+    pub(crate) core: Arc<Core>,
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// Validates `config`.
+    ///
+    /// # Errors
+    ///
+    /// Every rule the config breaks, each with its path.
+    pub fn new(config: Config) -> Result<Self, ConfigErrors> {
+        config.validate()?;
+        Ok(Self(config))
+    }
+
+    /// Parses and validates a TOML policy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::from_toml_str`].
+    pub fn from_toml_str(s: &str) -> Result<Self, ConfigErrors> {
+        Config::from_toml_str(s).map(Self)
+    }
+
+    /// Parses and validates a JSON policy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::from_json_str`].
+    pub fn from_json_str(s: &str) -> Result<Self, ConfigErrors> {
+        Config::from_json_str(s).map(Self)
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.0
+    }
+}
+
+impl Deref for Policy {
+    type Target = Config;
+
+    fn deref(&self) -> &Config {
+        &self.0
+    }
+}
+
+impl TryFrom<Config> for Policy {
+    type Error = ConfigErrors;
+
+    fn try_from(config: Config) -> Result<Self, ConfigErrors> {
+        Self::new(config)
+    }
+}
+
+// === impl Compiled ===
+
+impl Compiled {
+    pub(crate) fn new(policy: Policy, core: &Arc<Core>, old: Option<&Compiled>, now: Nanos) -> Self {
+        let mut quotas = HashMap::new();
+        let config = policy.config();
+        let mut build = |path: String, def: QuotaDef| -> Arc<Quota> {
+            let path: Arc<str> = path.into();
+            let def = QuotaDef { path: path.clone(), ..def };
+            let prev = old.and_then(|o| o.quotas.get(&path));
+            let q = match prev {
+                Some(p) if p.def == def => p.clone(),
+                Some(p) => Arc::new(Quota::converted(def, p, now)),
+                None => Arc::new(Quota::new(def, now)),
+            };
+            quotas.insert(path, q.clone());
+            q
+        };
+        let mut pools: HashMap<&str, Vec<Arc<Quota>>> = HashMap::new();
+        for (name, q) in &config.pools {
+            let prefix = crate::config::join_path("pools", name);
+            pools.insert(name, quota_defs(&prefix, q, config.mode).map(|(p, d)| build(p, d)).collect());
+        }
+        let stats_of = |name: &str| -> Arc<ToolStats> {
+            old.and_then(|o| o.tools.get(name).map(|t| t.stats.clone()))
+                .unwrap_or_else(|| Arc::new(ToolStats::new(name.into())))
+        };
+        let mut tools = HashMap::new();
+        for (name, t) in &config.tools {
+            let prefix = crate::config::join_path("tools", name);
+            let mut list: Vec<Arc<Quota>> = quota_defs(&prefix, &t.quota, config.mode)
+                .map(|(p, d)| build(p, d))
+                .collect();
+            let mut seen = Vec::new();
+            for pool in &t.pools {
+                if !seen.contains(&pool) {
+                    seen.push(pool);
+                    list.extend(pools.get(pool.as_str()).into_iter().flatten().cloned());
+                }
+            }
+            let stats = stats_of(name);
+            tools.insert(
+                name.as_str().into(),
+                Arc::new(ToolRuntime {
+                    name: stats.name.clone(),
+                    quotas: list,
+                    on_limit: t.on_limit,
+                    max_wait: t.max_wait,
+                    queue_limit: t.queue_limit,
+                    stats,
+                    core: core.clone(),
+                }),
+            );
+        }
+        let unknown_stats = old
+            .map(|o| o.unknown_stats.clone())
+            .unwrap_or_else(|| Arc::new(ToolStats::new("_unknown".into())));
+        let unknown = config.unknown_tools;
+        drop(pools);
+        Self {
+            unknown,
+            policy,
+            tools,
+            quotas,
+            unknown_stats,
+        }
+    }
+}
+
+/// The quota definitions of one tool or pool table, with their paths.
+fn quota_defs(prefix: &str, q: &QuotaConfig, mode: Mode) -> impl Iterator<Item = (String, QuotaDef)> {
+    let mode = q.mode.unwrap_or(mode);
+    let max = q.max_partitions.unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
+    let part = q.partition.is_some();
+    let path = |key: &str| format!("{prefix}.{key}");
+    let rate = q
+        .rate
+        .map(|r| (path("rate"), QuotaDef::rate("".into(), r, q.burst, q.window)));
+    let tokens = q
+        .tokens
+        .map(|r| (path("tokens"), QuotaDef::tokens("".into(), r, q.tokens_burst)));
+    let conc = q
+        .concurrency
+        .map(|k| (path("concurrency"), QuotaDef::concurrency("".into(), k)));
+    [rate, tokens, conc]
+        .into_iter()
+        .flatten()
+        .map(move |(p, d)| (p, d.mode(mode).partitioned(part, max)))
+}

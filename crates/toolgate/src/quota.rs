@@ -1,0 +1,498 @@
+//! One quota of a compiled policy: its definition (what it limits and how) and its
+//! live state (one cell, or one cell per tenant partition).
+//!
+//! A cell holds the limiter state plus, only while someone waits, the pending
+//! reservations of waiters and the queue of concurrency waiters. Everything here is
+//! called with the cell's lock held; the engine decides the order of locks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::Waker;
+
+use crate::clock::Nanos;
+use crate::config::{Mode, Rate, Window as WindowKind};
+use crate::decision::Reason;
+use crate::partition::Partitions;
+use crate::rate::{Gcra, SlidingLog, Tat, Window};
+use crate::sync::{AtomicBool, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+
+/// What a quota limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Bucket(Gcra),
+    Sliding(Window),
+    Concurrency(u64),
+}
+
+/// Which part of a call a quota is charged with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum CostOf {
+    Requests,
+    Tokens,
+}
+
+/// A quota's definition. Two quotas with equal definitions are interchangeable, which
+/// is what lets a reload keep the state of unchanged quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct QuotaDef {
+    pub(crate) path: Arc<str>,
+    pub(crate) kind: Kind,
+    pub(crate) cost_of: CostOf,
+    pub(crate) shadow: bool,
+    pub(crate) partitioned: bool,
+    pub(crate) max_partitions: usize,
+}
+
+/// A quota with its state.
+#[derive(Debug)]
+pub(crate) struct Quota {
+    pub(crate) def: QuotaDef,
+    pub(crate) slot: Slot,
+}
+
+#[derive(Debug)]
+pub(crate) enum Slot {
+    Single(Arc<Cell>),
+    Partitioned(Partitions),
+}
+
+/// The state of one quota instance.
+#[derive(Debug)]
+pub(crate) struct Cell {
+    state: Mutex<CellState>,
+}
+
+#[derive(Debug)]
+pub(crate) struct CellState {
+    pub(crate) limiter: Limiter,
+    pub(crate) pending: Option<Box<Pending>>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Limiter {
+    Bucket(Tat),
+    Sliding(Box<SlidingLog>),
+    Concurrency { in_flight: u64, limit: u64 },
+}
+
+/// Reservations of waiters (future admissions, in time order) and concurrency
+/// waiters (FIFO).
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    pub(crate) entries: VecDeque<Entry>,
+    pub(crate) conc_waiters: VecDeque<Arc<ConcWaiter>>,
+}
+
+/// A reservation charged to a cell ahead of its time.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) seq: u64,
+    pub(crate) at: Nanos,
+    pub(crate) before: Snapshot,
+}
+
+/// The limiter state just before an entry was charged.
+#[derive(Debug, Clone)]
+pub(crate) enum Snapshot {
+    Bucket(Tat),
+    Sliding(usize),
+}
+
+/// A call waiting for room in a concurrency limit.
+#[derive(Debug)]
+pub(crate) struct ConcWaiter {
+    pub(crate) cost: u64,
+    pub(crate) granted: AtomicBool,
+    pub(crate) waker: Mutex<Option<Waker>>,
+}
+
+/// When a cell could admit a step, as seen under its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fit {
+    /// Conforms at this time (≥ now).
+    At(Nanos),
+    /// A concurrency limit is full (or has waiters ahead).
+    Full,
+}
+
+// === impl QuotaDef ===
+
+impl QuotaDef {
+    pub(crate) fn rate(path: Arc<str>, rate: Rate, burst: Option<u64>, window: WindowKind) -> Self {
+        let kind = match window {
+            WindowKind::Bucket => Kind::Bucket(Gcra::new(
+                rate.count(),
+                rate.period_ns(),
+                burst.unwrap_or(rate.count()),
+            )),
+            WindowKind::Sliding => Kind::Sliding(Window::new(rate.count(), rate.period_ns())),
+        };
+        Self::with_kind(path, kind, CostOf::Requests)
+    }
+
+    pub(crate) fn tokens(path: Arc<str>, rate: Rate, burst: Option<u64>) -> Self {
+        let g = Gcra::new(rate.count(), rate.period_ns(), burst.unwrap_or(rate.count()));
+        Self::with_kind(path, Kind::Bucket(g), CostOf::Tokens)
+    }
+
+    pub(crate) fn concurrency(path: Arc<str>, limit: u32) -> Self {
+        Self::with_kind(path, Kind::Concurrency(u64::from(limit)), CostOf::Requests)
+    }
+
+    fn with_kind(path: Arc<str>, kind: Kind, cost_of: CostOf) -> Self {
+        Self {
+            path,
+            kind,
+            cost_of,
+            shadow: false,
+            partitioned: false,
+            max_partitions: crate::config::DEFAULT_MAX_PARTITIONS,
+        }
+    }
+
+    pub(crate) fn mode(mut self, mode: Mode) -> Self {
+        self.shadow = mode == Mode::Shadow;
+        self
+    }
+
+    pub(crate) fn partitioned(mut self, on: bool, max: usize) -> Self {
+        self.partitioned = on;
+        self.max_partitions = max;
+        self
+    }
+
+    /// The reason given when this quota says no.
+    pub(crate) fn reason(&self) -> Reason {
+        match (self.kind, self.cost_of) {
+            (Kind::Concurrency(_), _) => Reason::ConcurrencyLimited,
+            (_, CostOf::Tokens) => Reason::TokensLimited,
+            _ => Reason::RateLimited,
+        }
+    }
+
+    /// The most a single admission can ever cost.
+    pub(crate) fn capacity(&self) -> u64 {
+        match self.kind {
+            Kind::Bucket(g) => g.burst(),
+            Kind::Sliding(w) => w.limit(),
+            Kind::Concurrency(k) => k,
+        }
+    }
+
+    /// A new limiter in its initial (full) state.
+    pub(crate) fn fresh(&self, now: Nanos) -> Limiter {
+        match self.kind {
+            Kind::Bucket(g) => Limiter::Bucket(g.full(now)),
+            Kind::Sliding(_) => Limiter::Sliding(Box::default()),
+            Kind::Concurrency(k) => Limiter::Concurrency {
+                in_flight: 0,
+                limit: k,
+            },
+        }
+    }
+
+    /// A limiter of this definition carrying over what `old` had used, such that the
+    /// switch never admits more than either definition would allow from here.
+    pub(crate) fn convert(&self, old: &QuotaDef, state: &Limiter, now: Nanos) -> Limiter {
+        let used = old.used(state, now);
+        match (self.kind, old.kind, state) {
+            (Kind::Bucket(new), Kind::Bucket(prev), Limiter::Bucket(tat)) => {
+                Limiter::Bucket(new.convert_from(&prev, *tat, now))
+            }
+            (Kind::Bucket(new), _, _) => {
+                let left = new.burst().saturating_sub(used);
+                Limiter::Bucket(new.charge(new.full(now), new.burst() - left, now))
+            }
+            (Kind::Sliding(_), _, Limiter::Sliding(log)) => Limiter::Sliding(log.clone()),
+            (Kind::Sliding(w), _, _) => Limiter::Sliding(Box::new(w.seeded(used, now))),
+            (Kind::Concurrency(k), _, Limiter::Concurrency { in_flight, .. }) => {
+                Limiter::Concurrency {
+                    in_flight: *in_flight,
+                    limit: k,
+                }
+            }
+            (Kind::Concurrency(k), _, _) => Limiter::Concurrency {
+                in_flight: 0,
+                limit: k,
+            },
+        }
+    }
+
+    /// Capacity in use at `now` (tokens taken, window entries, calls in flight).
+    pub(crate) fn used(&self, state: &Limiter, now: Nanos) -> u64 {
+        match (self.kind, state) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.burst() - g.available(*tat, now).min(g.burst()),
+            (Kind::Sliding(w), Limiter::Sliding(log)) => {
+                let mut log = log.as_ref().clone();
+                w.trim(&mut log, now);
+                log.total()
+            }
+            (_, Limiter::Concurrency { in_flight, .. }) => *in_flight,
+            _ => 0,
+        }
+    }
+
+    /// Capacity available at `now`.
+    pub(crate) fn available(&self, state: &Limiter, now: Nanos) -> u64 {
+        match (self.kind, state) {
+            (_, Limiter::Concurrency { in_flight, limit }) => limit.saturating_sub(*in_flight),
+            _ => self.capacity().saturating_sub(self.used(state, now)),
+        }
+    }
+}
+
+// === impl Quota ===
+
+impl Quota {
+    pub(crate) fn new(def: QuotaDef, now: Nanos) -> Self {
+        let slot = if def.partitioned {
+            Slot::Partitioned(Partitions::new(def.max_partitions))
+        } else {
+            Slot::Single(Arc::new(Cell::new(def.fresh(now))))
+        };
+        Self { def, slot }
+    }
+
+    /// A quota of definition `def` carrying over the state of `old`.
+    pub(crate) fn converted(def: QuotaDef, old: &Quota, now: Nanos) -> Self {
+        let convert = |cell: &Cell| {
+            let st = cell.lock();
+            Cell::new(def.convert(&old.def, &st.limiter, now))
+        };
+        let slot = match (&old.slot, def.partitioned) {
+            (Slot::Single(cell), false) => Slot::Single(Arc::new(convert(cell))),
+            (Slot::Partitioned(parts), true) => {
+                Slot::Partitioned(parts.converted(def.max_partitions, convert))
+            }
+            (_, true) => Slot::Partitioned(Partitions::new(def.max_partitions)),
+            (_, false) => Slot::Single(Arc::new(Cell::new(def.fresh(now)))),
+        };
+        Self { def, slot }
+    }
+}
+
+// === impl Cell ===
+
+impl Cell {
+    pub(crate) fn new(limiter: Limiter) -> Self {
+        Self {
+            state: Mutex::new(CellState {
+                limiter,
+                pending: None,
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, CellState> {
+        self.state.lock()
+    }
+
+    /// The address used to order lock acquisition.
+    pub(crate) fn order(self: &Arc<Self>) -> usize {
+        Arc::as_ptr(self) as usize
+    }
+}
+
+// === impl CellState ===
+
+impl CellState {
+    /// Folds reservations whose time has come into the committed state and trims
+    /// sliding windows.
+    pub(crate) fn settle(&mut self, def: &QuotaDef, now: Nanos) {
+        if let Some(p) = &mut self.pending {
+            while p.entries.front().is_some_and(|e| e.at <= now) {
+                p.entries.pop_front();
+            }
+            if p.entries.is_empty() && p.conc_waiters.is_empty() {
+                self.pending = None;
+            }
+        }
+        if let (Kind::Sliding(w), Limiter::Sliding(log)) = (def.kind, &mut self.limiter) {
+            // Snapshots count entries from the log's creation, so trimming the front
+            // never invalidates them.
+            w.trim(log, now);
+        }
+    }
+
+    /// The time of the last future reservation, which FIFO order puts every new
+    /// admission at or after.
+    pub(crate) fn last_reserved(&self) -> Nanos {
+        self.pending
+            .as_ref()
+            .and_then(|p| p.entries.back())
+            .map_or(0, |e| e.at)
+    }
+
+    /// When `cost` could be admitted here (settled at `now`).
+    pub(crate) fn fit(&self, def: &QuotaDef, cost: u64, now: Nanos) -> Fit {
+        match (&def.kind, &self.limiter) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => {
+                Fit::At(g.earliest(*tat, cost, now).max(self.last_reserved()))
+            }
+            (Kind::Sliding(w), Limiter::Sliding(log)) => Fit::At(w.earliest(log, cost, now)),
+            (_, Limiter::Concurrency { in_flight, limit }) => {
+                let queued = self.pending.as_ref().is_some_and(|p| !p.conc_waiters.is_empty());
+                if !queued && in_flight + cost <= *limit {
+                    Fit::At(now)
+                } else {
+                    Fit::Full
+                }
+            }
+            _ => Fit::At(now),
+        }
+    }
+
+    /// Charges `cost` at `at` (which must fit).
+    pub(crate) fn charge(&mut self, def: &QuotaDef, cost: u64, at: Nanos) {
+        match (&def.kind, &mut self.limiter) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => *tat = g.charge(*tat, cost, at),
+            (Kind::Sliding(w), Limiter::Sliding(log)) => w.charge(log, cost, at),
+            (_, Limiter::Concurrency { in_flight, .. }) => *in_flight += cost,
+            _ => {}
+        }
+    }
+
+    /// Charges `cost` at `at` as the reservation `seq`, to be undone exactly if the
+    /// waiter leaves before `at`.
+    pub(crate) fn reserve(&mut self, def: &QuotaDef, seq: u64, cost: u64, at: Nanos) {
+        let before = match &self.limiter {
+            Limiter::Bucket(tat) => Snapshot::Bucket(*tat),
+            Limiter::Sliding(log) => Snapshot::Sliding(log.len()),
+            Limiter::Concurrency { .. } => return self.charge(def, cost, at),
+        };
+        self.charge(def, cost, at);
+        let p = self.pending.get_or_insert_with(Box::default);
+        p.entries.push_back(Entry { seq, at, before });
+    }
+
+    /// Undoes every reservation with sequence number ≥ `seq`, returning their numbers.
+    pub(crate) fn unwind_from(&mut self, seq: u64) -> Vec<u64> {
+        let Some(p) = &mut self.pending else {
+            return Vec::new();
+        };
+        let Some(i) = p.entries.iter().position(|e| e.seq >= seq) else {
+            return Vec::new();
+        };
+        let undone: Vec<Entry> = p.entries.drain(i..).collect();
+        if let Some(first) = undone.first() {
+            match (&first.before, &mut self.limiter) {
+                (Snapshot::Bucket(tat), Limiter::Bucket(cur)) => *cur = *tat,
+                (Snapshot::Sliding(len), Limiter::Sliding(log)) => log.truncate(*len),
+                _ => {}
+            }
+        }
+        undone.into_iter().map(|e| e.seq).collect()
+    }
+
+    /// Returns `cost` tokens at `now` (token reconciliation), never above capacity.
+    pub(crate) fn refund(&mut self, def: &QuotaDef, cost: u64, now: Nanos) {
+        if let (Kind::Bucket(g), Limiter::Bucket(tat)) = (&def.kind, &mut self.limiter) {
+            *tat = g.refund(*tat, cost, now);
+        }
+    }
+
+    /// The sequence number of the first reservation still in the future.
+    pub(crate) fn first_future_seq(&self, now: Nanos) -> Option<u64> {
+        self.pending
+            .as_ref()
+            .and_then(|p| p.entries.iter().find(|e| e.at > now))
+            .map(|e| e.seq)
+    }
+
+    /// Whether a future reservation sits on this cell.
+    pub(crate) fn has_future(&self, now: Nanos) -> bool {
+        self.last_reserved() > now
+    }
+
+    /// Releases `cost` concurrency and hands the room to waiters in FIFO order.
+    pub(crate) fn release(&mut self, cost: u64) {
+        if let Limiter::Concurrency { in_flight, .. } = &mut self.limiter {
+            *in_flight = in_flight.saturating_sub(cost);
+        }
+        self.grant_waiters();
+    }
+
+    fn grant_waiters(&mut self) {
+        let Limiter::Concurrency { in_flight, limit } = &mut self.limiter else {
+            return;
+        };
+        let Some(p) = &mut self.pending else {
+            return;
+        };
+        while let Some(w) = p.conc_waiters.front() {
+            if *in_flight + w.cost > *limit {
+                break;
+            }
+            *in_flight += w.cost;
+            w.granted.store(true, Ordering::Release);
+            if let Some(waker) = w.waker.lock().take() {
+                waker.wake();
+            }
+            p.conc_waiters.pop_front();
+        }
+        if p.entries.is_empty() && p.conc_waiters.is_empty() {
+            self.pending = None;
+        }
+    }
+
+    /// Queues a concurrency waiter.
+    pub(crate) fn enqueue(&mut self, w: Arc<ConcWaiter>) {
+        self.pending
+            .get_or_insert_with(Box::default)
+            .conc_waiters
+            .push_back(w);
+    }
+
+    /// Removes a concurrency waiter; false if it was not queued (already granted).
+    pub(crate) fn dequeue(&mut self, w: &Arc<ConcWaiter>) -> bool {
+        let Some(p) = &mut self.pending else {
+            return false;
+        };
+        let Some(i) = p.conc_waiters.iter().position(|x| Arc::ptr_eq(x, w)) else {
+            return false;
+        };
+        p.conc_waiters.remove(i);
+        // A waiter leaving the head may let those behind it through.
+        self.grant_waiters();
+        true
+    }
+
+    /// Whether this cell is indistinguishable from a fresh one at `now`.
+    pub(crate) fn is_idle(&self, def: &QuotaDef, now: Nanos) -> bool {
+        if self.pending.is_some() {
+            return false;
+        }
+        match (&def.kind, &self.limiter) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.is_idle(*tat, now),
+            (Kind::Sliding(w), Limiter::Sliding(log)) => {
+                log.is_empty() || log.newest().is_some_and(|t| t.saturating_add(w.period_ns()) <= now)
+            }
+            (_, Limiter::Concurrency { in_flight, .. }) => *in_flight == 0,
+            _ => true,
+        }
+    }
+
+    /// Future reservations and concurrency waiters on this cell.
+    pub(crate) fn waiters(&self, now: Nanos) -> usize {
+        self.pending.as_ref().map_or(0, |p| {
+            p.entries.iter().filter(|e| e.at > now).count() + p.conc_waiters.len()
+        })
+    }
+}
+
+// === impl ConcWaiter ===
+
+impl ConcWaiter {
+    pub(crate) fn new(cost: u64) -> Self {
+        Self {
+            cost,
+            granted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn is_granted(&self) -> bool {
+        self.granted.load(Ordering::Acquire)
+    }
+}

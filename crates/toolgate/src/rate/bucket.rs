@@ -1,0 +1,196 @@
+//! Token bucket as GCRA (generic cell rate algorithm) in exact integer arithmetic.
+//!
+//! A bucket of `burst` tokens refilled at `n` tokens per `period` is tracked by one
+//! number, the theoretical arrival time (TAT). To stay exact for rates far above one
+//! per nanosecond and far below one per day, time is scaled by `n`: one nanosecond is
+//! `n` units and one token is `period` units, so the emission interval `period / n`
+//! never needs rounding. The scaled values fit in `u128` for every rate the config
+//! accepts (`n`, `burst` ≤ 2^53, `period` ≤ 2^64 ns).
+
+use crate::clock::Nanos;
+
+/// Parameters of a token bucket: `n` tokens per `period_ns`, holding at most `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Gcra {
+    n: u64,
+    period_ns: u64,
+    burst: u64,
+}
+
+/// The state of one bucket: its theoretical arrival time in scaled units.
+///
+/// Stored as two `u64` halves so that the state is 8-byte aligned and a partition
+/// costs 16 bytes of bucket state rather than 32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tat {
+    hi: u64,
+    lo: u64,
+}
+
+// === impl Tat ===
+
+impl Tat {
+    pub(crate) fn get(self) -> u128 {
+        (u128::from(self.hi) << 64) | u128::from(self.lo)
+    }
+
+    pub(crate) fn from_u128(v: u128) -> Self {
+        Self {
+            hi: (v >> 64) as u64,
+            lo: v as u64,
+        }
+    }
+}
+
+// === impl Gcra ===
+
+impl Gcra {
+    /// A bucket of `burst` tokens refilled at `n` per `period_ns`. All three are ≥ 1
+    /// (checked by config validation).
+    pub(crate) fn new(n: u64, period_ns: u64, burst: u64) -> Self {
+        debug_assert!(n >= 1 && period_ns >= 1 && burst >= 1);
+        Self {
+            n,
+            period_ns,
+            burst,
+        }
+    }
+
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    fn scale(&self, t: Nanos) -> u128 {
+        u128::from(t) * u128::from(self.n)
+    }
+
+    fn units(&self, tokens: u64) -> u128 {
+        u128::from(tokens) * u128::from(self.period_ns)
+    }
+
+    fn tau(&self) -> u128 {
+        self.units(self.burst)
+    }
+
+    /// The state of a full bucket at `now`.
+    pub(crate) fn full(&self, now: Nanos) -> Tat {
+        Tat::from_u128(self.scale(now))
+    }
+
+    /// The earliest time ≥ `now` at which `cost` tokens conform. `cost` ≤ burst.
+    pub(crate) fn earliest(&self, tat: Tat, cost: u64, now: Nanos) -> Nanos {
+        let limit = (tat.get() + self.units(cost)).saturating_sub(self.tau());
+        let now_s = self.scale(now);
+        if limit <= now_s {
+            return now;
+        }
+        let n = u128::from(self.n);
+        let t = limit.div_ceil(n);
+        u64::try_from(t).unwrap_or(u64::MAX)
+    }
+
+    /// The state after charging `cost` tokens at time `at` (which must conform).
+    pub(crate) fn charge(&self, tat: Tat, cost: u64, at: Nanos) -> Tat {
+        Tat::from_u128(tat.get().max(self.scale(at)) + self.units(cost))
+    }
+
+    /// The state after returning `cost` tokens at `now`, never above a full bucket.
+    pub(crate) fn refund(&self, tat: Tat, cost: u64, now: Nanos) -> Tat {
+        let lowered = tat.get().saturating_sub(self.units(cost));
+        Tat::from_u128(lowered.max(self.scale(now)))
+    }
+
+    /// Whole tokens available at `now` (0 while in debt).
+    pub(crate) fn available(&self, tat: Tat, now: Nanos) -> u64 {
+        let used = tat.get().saturating_sub(self.scale(now));
+        let free = self.tau().saturating_sub(used);
+        u64::try_from(free / u128::from(self.period_ns)).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the bucket is full at `now`, that is indistinguishable from a new one.
+    pub(crate) fn is_idle(&self, tat: Tat, now: Nanos) -> bool {
+        tat.get() <= self.scale(now)
+    }
+
+    /// The state of this bucket carrying over what `old` had used at `now`: the new
+    /// bucket starts with no more tokens than the old one had left, nor than its burst.
+    pub(crate) fn convert_from(&self, old: &Gcra, tat: Tat, now: Nanos) -> Tat {
+        let left = old.available(tat, now).min(self.burst);
+        Tat::from_u128(self.scale(now) + self.units(self.burst - left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn admit(g: &Gcra, tat: &mut Tat, cost: u64, now: Nanos) -> Result<(), Nanos> {
+        let t = g.earliest(*tat, cost, now);
+        if t > now {
+            return Err(t - now);
+        }
+        *tat = g.charge(*tat, cost, now);
+        Ok(())
+    }
+
+    #[test]
+    fn two_per_second_burst_two_admits_two_then_one_every_half_second() {
+        let g = Gcra::new(2, S, 2);
+        let mut tat = g.full(0);
+        let admitted = (0..5).filter(|_| admit(&g, &mut tat, 1, 0).is_ok()).count();
+        assert_eq!(admitted, 2);
+        assert_eq!(admit(&g, &mut tat, 1, 0), Err(S / 2));
+        assert_eq!(admit(&g, &mut tat, 1, S / 2 - 1), Err(1));
+        assert!(admit(&g, &mut tat, 1, S / 2).is_ok());
+        assert!(admit(&g, &mut tat, 1, S / 2).is_err());
+        assert!(admit(&g, &mut tat, 1, S).is_ok());
+        // From empty, a full second refills both tokens.
+        assert!(admit(&g, &mut tat, 1, 2 * S).is_ok());
+        assert!(admit(&g, &mut tat, 1, 2 * S).is_ok());
+        assert!(admit(&g, &mut tat, 1, 2 * S).is_err());
+    }
+
+    #[test]
+    fn rates_above_one_per_nanosecond_are_exact() {
+        // 10^10 per second: ten per nanosecond.
+        let g = Gcra::new(10_000_000_000, S, 10);
+        let mut tat = g.full(1_000);
+        for _ in 0..10 {
+            assert!(admit(&g, &mut tat, 1, 1_000).is_ok());
+        }
+        assert_eq!(admit(&g, &mut tat, 1, 1_000), Err(1));
+        assert_eq!(g.available(tat, 1_001), 10);
+    }
+
+    #[test]
+    fn rates_below_one_per_day_are_exact() {
+        let week = 7 * 86_400 * S;
+        let g = Gcra::new(1, week, 1);
+        let mut tat = g.full(0);
+        assert!(admit(&g, &mut tat, 1, 0).is_ok());
+        assert_eq!(admit(&g, &mut tat, 1, 1), Err(week - 1));
+        assert!(admit(&g, &mut tat, 1, week).is_ok());
+    }
+
+    #[test]
+    fn refund_never_lifts_above_capacity() {
+        let g = Gcra::new(10, S, 10);
+        let tat = g.charge(g.full(0), 3, 0);
+        assert_eq!(g.available(tat, 0), 7);
+        let back = g.refund(tat, 100, 0);
+        assert_eq!(g.available(back, 0), 10);
+        assert!(g.is_idle(back, 0));
+    }
+
+    #[test]
+    fn conversion_never_grants_more_than_the_old_bucket_had() {
+        let old = Gcra::new(10, S, 10);
+        let tat = old.charge(old.full(0), 8, 0);
+        let new = Gcra::new(100, S, 50);
+        assert_eq!(new.available(new.convert_from(&old, tat, 0), 0), 2);
+        let smaller = Gcra::new(1, S, 1);
+        assert_eq!(smaller.available(smaller.convert_from(&old, tat, 0), 0), 1);
+    }
+}

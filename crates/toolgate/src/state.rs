@@ -1,0 +1,142 @@
+//! Read-only snapshots of live state, for dashboards and state endpoints.
+
+use std::sync::atomic::Ordering;
+
+use crate::config::{Mode, OnLimit};
+use crate::engine::Engine;
+use crate::policy::ToolRuntime;
+use crate::quota::{CostOf, Kind, Slot};
+
+/// The live state of one tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolState {
+    /// The tool's name.
+    pub tool: String,
+    /// Fail fast or wait.
+    pub on_limit: OnLimit,
+    /// Each quota governing the tool: its own, then its pools'.
+    pub quotas: Vec<QuotaState>,
+    /// Admitted calls not yet completed.
+    pub in_flight: u64,
+    /// Calls waiting for admission.
+    pub waiting: usize,
+    /// Calls admitted since the engine started.
+    pub admitted: u64,
+    /// Calls rejected since the engine started.
+    pub rejected: u64,
+    /// Calls shadow quotas would have rejected.
+    pub shadow_rejected: u64,
+}
+
+/// The live state of one quota (of one partition when a tenant was given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QuotaState {
+    /// Its config path, e.g. `pools.crm.rate`.
+    pub quota: String,
+    /// `rate`, `sliding`, `tokens` or `concurrency`.
+    pub kind: &'static str,
+    /// Burst, window limit, token capacity or concurrency limit.
+    pub capacity: u64,
+    /// What is left now (`None` for a partitioned quota asked without a tenant).
+    pub available: Option<u64>,
+    /// Reservations and concurrency waiters queued on it.
+    pub waiters: usize,
+    /// Live partitions, for a partitioned quota.
+    pub partitions: Option<usize>,
+    /// Enforced or shadow.
+    pub mode: Mode,
+}
+
+// === impl Engine ===
+
+impl Engine {
+    /// The state of `tool` (of `tenant`'s partitions, when given), or `None` for a
+    /// tool without a policy.
+    pub fn tool_state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
+        let compiled = self.compiled();
+        let now = self.clock().now();
+        compiled.tools.get(tool).map(|t| snapshot(t, tenant, now))
+    }
+
+    /// Evicts every idle tenant partition now (an idle partition is one whose state
+    /// equals a fresh one, so this never changes a decision). Eviction also happens
+    /// on its own as partitions are created; this is for callers that want memory
+    /// back at a moment of their choosing.
+    pub fn sweep_partitions(&self) {
+        let compiled = self.compiled();
+        let now = self.clock().now();
+        for q in compiled.quotas.values() {
+            if let Slot::Partitioned(p) = &q.slot {
+                p.sweep(&q.def, now);
+            }
+        }
+    }
+
+    /// The state of every tool with a policy, sorted by name.
+    pub fn tool_states(&self) -> Vec<ToolState> {
+        let compiled = self.compiled();
+        let now = self.clock().now();
+        let mut all: Vec<ToolState> = compiled
+            .tools
+            .values()
+            .map(|t| snapshot(t, None, now))
+            .collect();
+        all.sort_by(|a, b| a.tool.cmp(&b.tool));
+        all
+    }
+}
+
+fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
+    let quotas = t
+        .quotas
+        .iter()
+        .map(|q| {
+            let def = &q.def;
+            let kind = match (def.kind, def.cost_of) {
+                (Kind::Concurrency(_), _) => "concurrency",
+                (_, CostOf::Tokens) => "tokens",
+                (Kind::Sliding(_), _) => "sliding",
+                _ => "rate",
+            };
+            let (cell, partitions) = match &q.slot {
+                Slot::Single(c) => (Some(c.clone()), None),
+                Slot::Partitioned(p) => (tenant.and_then(|k| p.peek(k)), Some(p.len())),
+            };
+            let (available, waiters, capacity) = match &cell {
+                Some(c) => {
+                    let mut g = c.lock();
+                    g.settle(def, now);
+                    let cap = match &g.limiter {
+                        crate::quota::Limiter::Concurrency { limit, .. } => *limit,
+                        _ => def.capacity(),
+                    };
+                    (Some(def.available(&g.limiter, now)), g.waiters(now), cap)
+                }
+                // An unseen tenant has a fresh, full partition.
+                None if tenant.is_some() => (Some(def.capacity()), 0, def.capacity()),
+                None => (None, 0, def.capacity()),
+            };
+            QuotaState {
+                quota: def.path.to_string(),
+                kind,
+                capacity,
+                available,
+                waiters,
+                partitions,
+                mode: if def.shadow { Mode::Shadow } else { Mode::Enforce },
+            }
+        })
+        .collect();
+    ToolState {
+        tool: t.name.to_string(),
+        on_limit: t.on_limit,
+        quotas,
+        in_flight: t.stats.in_flight.load(Ordering::Relaxed),
+        waiting: t.stats.waiting.load(Ordering::Relaxed),
+        admitted: t.stats.admitted.load(Ordering::Relaxed),
+        rejected: t.stats.rejected.load(Ordering::Relaxed),
+        shadow_rejected: t.stats.shadow_rejected.load(Ordering::Relaxed),
+    }
+}
