@@ -1,3 +1,7 @@
-//! The `toolgate` binary.
+//! The `toolgate` binary: see `toolgate --help`.
 
-fn main() {}
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    toolgate_gateway::cli::main()
+}

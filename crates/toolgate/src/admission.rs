@@ -137,7 +137,11 @@ impl Verdict {
     /// The step to name in a rejection, with its reason and retry time.
     pub(crate) fn blame(&self, now: Nanos) -> Option<(usize, Reason, Option<Duration>)> {
         if let Some(i) = self.binding.filter(|_| self.at > now) {
-            return Some((i, Reason::RateLimited, Some(Duration::from_nanos(self.at - now))));
+            return Some((
+                i,
+                Reason::RateLimited,
+                Some(Duration::from_nanos(self.at - now)),
+            ));
         }
         self.full.map(|i| (i, Reason::ConcurrencyLimited, None))
     }
@@ -168,7 +172,12 @@ pub(crate) fn charge(
 
 impl ToolRuntime {
     /// A rejection of this tool.
-    pub(crate) fn rejection(&self, quota: &Quota, reason: Reason, retry: Option<Duration>) -> Rejection {
+    pub(crate) fn rejection(
+        &self,
+        quota: &Quota,
+        reason: Reason,
+        retry: Option<Duration>,
+    ) -> Rejection {
         let reason = match reason {
             Reason::RateLimited => quota.def.reason(),
             other => other,
@@ -210,7 +219,11 @@ impl ToolRuntime {
     }
 
     /// Admits `call` now or says why not; never waits.
-    pub(crate) fn try_admit(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
+    pub(crate) fn try_admit(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Permit, Denied> {
         let plan = self.plan(call, now).map_err(|rejection| Denied {
             rejection,
             at: now,

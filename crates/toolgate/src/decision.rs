@@ -314,7 +314,10 @@ mod tests {
         for r in Reason::ALL {
             assert_eq!(r.as_str().parse::<Reason>(), Ok(r));
         }
-        assert_eq!(Reason::ALL[Reason::UnknownTool.index()], Reason::UnknownTool);
+        assert_eq!(
+            Reason::ALL[Reason::UnknownTool.index()],
+            Reason::UnknownTool
+        );
     }
 
     #[test]

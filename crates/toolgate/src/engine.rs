@@ -208,7 +208,9 @@ impl Engine {
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
-                    let plan = t.plan(call, now).inspect_err(|r| t.stats.on_reject(r, call.tenant))?;
+                    let plan = t
+                        .plan(call, now)
+                        .inspect_err(|r| t.stats.on_reject(r, call.tenant))?;
                     tools.push(Some(t));
                     plans.push(plan);
                 }
@@ -224,7 +226,10 @@ impl Engine {
         // One step per cell, costs summed.
         let mut merged: Vec<Step<'_>> = Vec::new();
         for step in plans.iter().flatten() {
-            match merged.iter_mut().find(|m| Arc::ptr_eq(m.cell.get(), step.cell.get())) {
+            match merged
+                .iter_mut()
+                .find(|m| Arc::ptr_eq(m.cell.get(), step.cell.get()))
+            {
                 Some(m) => m.cost += step.cost,
                 None => merged.push(Step {
                     quota: step.quota,
@@ -271,11 +276,20 @@ impl Engine {
                 .collect();
             if !shadow_ok {
                 if let Some(s) = plan.iter().find(|s| s.quota.def.shadow) {
-                    tool.stats.on_shadow_reject(&s.quota.def.path, s.quota.def.reason(), call.tenant);
+                    tool.stats.on_shadow_reject(
+                        &s.quota.def.path,
+                        s.quota.def.reason(),
+                        call.tenant,
+                    );
                 }
             }
             tool.stats.on_admit(Duration::ZERO, call.tenant);
-            permits.push(Permit::new(Some((*tool).clone()), held, now, Duration::ZERO));
+            permits.push(Permit::new(
+                Some((*tool).clone()),
+                held,
+                now,
+                Duration::ZERO,
+            ));
         }
         Ok(permits)
     }

@@ -36,10 +36,10 @@ use std::time::Duration;
 
 use tower::{BoxError, Layer, Service};
 
-use crate::decision::{Call, Completion, Outcome};
-use crate::engine::Engine;
 #[cfg(doc)]
 use crate::decision::Rejection;
+use crate::decision::{Call, Completion, Outcome};
+use crate::engine::Engine;
 
 /// The tool identity and cost of one request, as returned by a classifier.
 #[derive(Debug, Clone, PartialEq, Eq)]

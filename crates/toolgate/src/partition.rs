@@ -141,7 +141,9 @@ mod tests {
         let def = def();
         let parts = Partitions::new(1_000_000);
         for i in 0..10_000 {
-            let cell = parts.get(&format!("tenant-{i}"), &def, 0).unwrap_or_else(|_| panic!("full"));
+            let cell = parts
+                .get(&format!("tenant-{i}"), &def, 0)
+                .unwrap_or_else(|_| panic!("full"));
             let mut st = cell.lock();
             if i % 2 == 0 {
                 st.charge(&def, 1, 0);

@@ -110,7 +110,6 @@ impl Permit {
     }
 }
 
-
 impl Drop for Permit {
     fn drop(&mut self) {
         self.finish(None);

@@ -110,12 +110,20 @@ impl TryFrom<Config> for Policy {
 // === impl Compiled ===
 
 impl Compiled {
-    pub(crate) fn new(policy: Policy, core: &Arc<Core>, old: Option<&Compiled>, now: Nanos) -> Self {
+    pub(crate) fn new(
+        policy: Policy,
+        core: &Arc<Core>,
+        old: Option<&Compiled>,
+        now: Nanos,
+    ) -> Self {
         let mut quotas = HashMap::new();
         let config = policy.config();
         let mut build = |path: String, def: QuotaDef| -> Arc<Quota> {
             let path: Arc<str> = path.into();
-            let def = QuotaDef { path: path.clone(), ..def };
+            let def = QuotaDef {
+                path: path.clone(),
+                ..def
+            };
             let prev = old.and_then(|o| o.quotas.get(&path));
             let q = match prev {
                 Some(p) if p.def == def => p.clone(),
@@ -128,7 +136,12 @@ impl Compiled {
         let mut pools: HashMap<&str, Vec<Arc<Quota>>> = HashMap::new();
         for (name, q) in &config.pools {
             let prefix = crate::config::join_path("pools", name);
-            pools.insert(name, quota_defs(&prefix, q, config.mode).map(|(p, d)| build(p, d)).collect());
+            pools.insert(
+                name,
+                quota_defs(&prefix, q, config.mode)
+                    .map(|(p, d)| build(p, d))
+                    .collect(),
+            );
         }
         let stats_of = |name: &str| -> Arc<ToolStats> {
             old.and_then(|o| o.tools.get(name).map(|t| t.stats.clone()))
@@ -177,17 +190,29 @@ impl Compiled {
 }
 
 /// The quota definitions of one tool or pool table, with their paths.
-fn quota_defs(prefix: &str, q: &QuotaConfig, mode: Mode) -> impl Iterator<Item = (String, QuotaDef)> {
+fn quota_defs(
+    prefix: &str,
+    q: &QuotaConfig,
+    mode: Mode,
+) -> impl Iterator<Item = (String, QuotaDef)> {
     let mode = q.mode.unwrap_or(mode);
-    let max = q.max_partitions.unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
+    let max = q
+        .max_partitions
+        .unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
     let part = q.partition.is_some();
     let path = |key: &str| format!("{prefix}.{key}");
-    let rate = q
-        .rate
-        .map(|r| (path("rate"), QuotaDef::rate("".into(), r, q.burst, q.window)));
-    let tokens = q
-        .tokens
-        .map(|r| (path("tokens"), QuotaDef::tokens("".into(), r, q.tokens_burst)));
+    let rate = q.rate.map(|r| {
+        (
+            path("rate"),
+            QuotaDef::rate("".into(), r, q.burst, q.window),
+        )
+    });
+    let tokens = q.tokens.map(|r| {
+        (
+            path("tokens"),
+            QuotaDef::tokens("".into(), r, q.tokens_burst),
+        )
+    });
     let conc = q
         .concurrency
         .map(|k| (path("concurrency"), QuotaDef::concurrency("".into(), k)));

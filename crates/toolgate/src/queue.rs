@@ -207,7 +207,8 @@ impl Scheduler {
                 Pend::Waiter { steps, slot } => {
                     let mut at = now;
                     for (q, c, cost) in steps.iter() {
-                        if let Some(Fit::At(t)) = idx(c).map(|i| guards[i].fit(&q.def, *cost, now)) {
+                        if let Some(Fit::At(t)) = idx(c).map(|i| guards[i].fit(&q.def, *cost, now))
+                        {
                             at = at.max(t);
                         }
                     }
@@ -327,7 +328,12 @@ impl ToolRuntime {
         let deadline = start.saturating_add(nanos(max_wait));
         let quota: Arc<str> = first.rejection.quota().into();
         let reject = |reason, retry: Option<Nanos>| {
-            Rejection::new(self.name.clone(), quota.clone(), reason, retry.map(Duration::from_nanos))
+            Rejection::new(
+                self.name.clone(),
+                quota.clone(),
+                reason,
+                retry.map(Duration::from_nanos),
+            )
         };
         if first.at > deadline {
             return Err(reject(Reason::MaxWaitExceeded, Some(first.at - start)));
@@ -340,7 +346,10 @@ impl ToolRuntime {
 
         // Phase 1: concurrency slots, FIFO, in lock order.
         let mut conc = ConcHold::default();
-        for s in plan.iter().filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0) {
+        for s in plan
+            .iter()
+            .filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
+        {
             if !acquire(clock, s, deadline).await {
                 return Err(self.rejection(s.quota, Reason::ConcurrencyLimited, None));
             }
@@ -496,7 +505,13 @@ impl Drop for WaitGuard<'_> {
             return;
         };
         let seeds: Vec<_> = p.cells().map(|(q, c)| (q.clone(), c.clone())).collect();
-        let replanned = sched.replan(&*self.core.clock, &seeds, self.seq, Some(&self.slot), |_, _, _| {});
+        let replanned = sched.replan(
+            &*self.core.clock,
+            &seeds,
+            self.seq,
+            Some(&self.slot),
+            |_, _, _| {},
+        );
         if !replanned {
             // Its time came before it left: it was admitted, and the reservation
             // stands like that of any admitted call that is dropped.

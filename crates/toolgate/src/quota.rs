@@ -132,7 +132,11 @@ impl QuotaDef {
     }
 
     pub(crate) fn tokens(path: Arc<str>, rate: Rate, burst: Option<u64>) -> Self {
-        let g = Gcra::new(rate.count(), rate.period_ns(), burst.unwrap_or(rate.count()));
+        let g = Gcra::new(
+            rate.count(),
+            rate.period_ns(),
+            burst.unwrap_or(rate.count()),
+        );
         Self::with_kind(path, Kind::Bucket(g), CostOf::Tokens)
     }
 
@@ -222,7 +226,9 @@ impl QuotaDef {
     /// Capacity in use at `now` (tokens taken, window entries, calls in flight).
     pub(crate) fn used(&self, state: &Limiter, now: Nanos) -> u64 {
         match (self.kind, state) {
-            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.burst() - g.available(*tat, now).min(g.burst()),
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => {
+                g.burst() - g.available(*tat, now).min(g.burst())
+            }
             (Kind::Sliding(w), Limiter::Sliding(log)) => {
                 let mut log = log.as_ref().clone();
                 w.trim(&mut log, now);
@@ -332,7 +338,10 @@ impl CellState {
             }
             (Kind::Sliding(w), Limiter::Sliding(log)) => Fit::At(w.earliest(log, cost, now)),
             (_, Limiter::Concurrency { in_flight, limit }) => {
-                let queued = self.pending.as_ref().is_some_and(|p| !p.conc_waiters.is_empty());
+                let queued = self
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| !p.conc_waiters.is_empty());
                 if !queued && in_flight + cost <= *limit {
                     Fit::At(now)
                 } else {
@@ -466,7 +475,10 @@ impl CellState {
         match (&def.kind, &self.limiter) {
             (Kind::Bucket(g), Limiter::Bucket(tat)) => g.is_idle(*tat, now),
             (Kind::Sliding(w), Limiter::Sliding(log)) => {
-                log.is_empty() || log.newest().is_some_and(|t| t.saturating_add(w.period_ns()) <= now)
+                log.is_empty()
+                    || log
+                        .newest()
+                        .is_some_and(|t| t.saturating_add(w.period_ns()) <= now)
             }
             (_, Limiter::Concurrency { in_flight, .. }) => *in_flight == 0,
             _ => true,

@@ -125,7 +125,11 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
                 available,
                 waiters,
                 partitions,
-                mode: if def.shadow { Mode::Shadow } else { Mode::Enforce },
+                mode: if def.shadow {
+                    Mode::Shadow
+                } else {
+                    Mode::Enforce
+                },
             }
         })
         .collect();

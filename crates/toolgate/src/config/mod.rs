@@ -200,9 +200,8 @@ impl Config {
     ///
     /// When the file cannot be read, and as [`Config::from_toml_str`].
     pub fn from_path(path: &std::path::Path) -> Result<Self, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new("", format!("cannot read {}: {e}", path.display()))
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))?;
         if path.extension().is_some_and(|e| e == "json") {
             Self::from_json_str(&text)
         } else {
@@ -422,7 +421,12 @@ impl ToolConfig {
         self
     }
 
-    fn check(&self, path: &str, pools: &BTreeMap<String, QuotaConfig>, errors: &mut Vec<ConfigError>) {
+    fn check(
+        &self,
+        path: &str,
+        pools: &BTreeMap<String, QuotaConfig>,
+        errors: &mut Vec<ConfigError>,
+    ) {
         for (i, pool) in self.pools.iter().enumerate() {
             if !pools.contains_key(pool) {
                 errors.push(ConfigError::new(

@@ -30,7 +30,10 @@ pub(super) fn config(value: &Value, errors: &mut Vec<ConfigError>) -> Option<Con
     let mut top = Section::open("", value, errors)?;
     let unknown_tools = top
         .get_with("unknown_tools", |v| {
-            one_of(v, &[("allow", UnknownTools::Allow), ("deny", UnknownTools::Deny)])
+            one_of(
+                v,
+                &[("allow", UnknownTools::Allow), ("deny", UnknownTools::Deny)],
+            )
         })
         .unwrap_or_default();
     let mode = top.get::<Mode>("mode").unwrap_or_default();
@@ -62,7 +65,9 @@ pub(super) fn config(value: &Value, errors: &mut Vec<ConfigError>) -> Option<Con
                 let path = tools.child_path(name);
                 if let Some(s) = Section::open(path, v, tools.errors()) {
                     let raw = tool(s, false);
-                    config.tools.insert(name.clone(), finish_tool(raw, &defaults));
+                    config
+                        .tools
+                        .insert(name.clone(), finish_tool(raw, &defaults));
                 }
             }
         }
@@ -84,10 +89,14 @@ fn table_entries(v: &Value) -> impl Iterator<Item = (&String, &Value)> {
 
 fn quota(s: &mut Section<'_, '_>) -> QuotaConfig {
     QuotaConfig {
-        rate: s.get_with("rate", |v| Rate::parse_as(super::section::expect_str(v)?, "request")),
+        rate: s.get_with("rate", |v| {
+            Rate::parse_as(super::section::expect_str(v)?, "request")
+        }),
         burst: s.get_with("burst", |v| int_in(v, 1, MAX_COUNT)),
         window: s.get::<Window>("window").unwrap_or_default(),
-        tokens: s.get_with("tokens", |v| Rate::parse_as(super::section::expect_str(v)?, "token")),
+        tokens: s.get_with("tokens", |v| {
+            Rate::parse_as(super::section::expect_str(v)?, "token")
+        }),
         tokens_burst: s.get_with("tokens_burst", |v| int_in(v, 1, MAX_COUNT)),
         concurrency: s
             .get_with("concurrency", |v| int_in(v, 1, u64::from(u32::MAX)))
@@ -153,9 +162,11 @@ fn finish_tool(raw: RawTool, d: &RawTool) -> ToolConfig {
                 dq.window
             },
             tokens: q.tokens.or(dq.tokens),
-            tokens_burst: q
-                .tokens_burst
-                .or(if q.tokens.is_some() { None } else { dq.tokens_burst }),
+            tokens_burst: q.tokens_burst.or(if q.tokens.is_some() {
+                None
+            } else {
+                dq.tokens_burst
+            }),
             concurrency: q.concurrency.or(dq.concurrency),
             partition: q.partition.or(dq.partition),
             mode: q.mode.or(dq.mode),
@@ -164,7 +175,10 @@ fn finish_tool(raw: RawTool, d: &RawTool) -> ToolConfig {
         pools: raw.pools.or_else(|| d.pools.clone()).unwrap_or_default(),
         on_limit: raw.on_limit.or(d.on_limit).unwrap_or(base.on_limit),
         max_wait: raw.max_wait.or(d.max_wait).unwrap_or(base.max_wait),
-        queue_limit: raw.queue_limit.or(d.queue_limit).unwrap_or(base.queue_limit),
+        queue_limit: raw
+            .queue_limit
+            .or(d.queue_limit)
+            .unwrap_or(base.queue_limit),
         idempotent: raw.idempotent.or(d.idempotent).unwrap_or(base.idempotent),
         circuit: raw.circuit.or_else(|| d.circuit.clone()),
         retry: raw.retry.or_else(|| d.retry.clone()),
@@ -181,6 +195,9 @@ impl FromValue for Mode {
 
 impl FromValue for Window {
     fn from_value(v: &Value) -> Result<Self, String> {
-        one_of(v, &[("bucket", Window::Bucket), ("sliding", Window::Sliding)])
+        one_of(
+            v,
+            &[("bucket", Window::Bucket), ("sliding", Window::Sliding)],
+        )
     }
 }

@@ -192,21 +192,30 @@ pub(super) fn circuit(s: &mut Section<'_, '_>) -> Option<CircuitConfig> {
         failure_rate: s
             .get_with("failure_rate", |v| float_in(v, f64::MIN_POSITIVE, 1.0))
             .unwrap_or(0.5),
-        min_calls: s.get_with("min_calls", |v| count(v, 1, 100_000)).unwrap_or(10),
+        min_calls: s
+            .get_with("min_calls", |v| count(v, 1, 100_000))
+            .unwrap_or(10),
         slow_call: s.get_with("slow_call", positive_duration),
         open_for,
-        open_for_max: s.get_with("open_for_max", positive_duration).unwrap_or(open_for),
+        open_for_max: s
+            .get_with("open_for_max", positive_duration)
+            .unwrap_or(open_for),
         open_for_multiplier: s
             .get_with("open_for_multiplier", |v| float_in(v, 1.0, 100.0))
             .unwrap_or(2.0),
         half_open_probes: s
             .get_with("half_open_probes", |v| count(v, 1, 10_000))
             .unwrap_or(1),
-        close_after: s.get_with("close_after", |v| count(v, 1, 10_000)).unwrap_or(1),
+        close_after: s
+            .get_with("close_after", |v| count(v, 1, 10_000))
+            .unwrap_or(1),
         degraded_rate: s.get_with("degraded_rate", |v| float_in(v, f64::MIN_POSITIVE, 1.0)),
         on_degraded: s
             .get_with("on_degraded", |v| {
-                one_of(v, &[("allow", OnDegraded::Allow), ("reject", OnDegraded::Reject)])
+                one_of(
+                    v,
+                    &[("allow", OnDegraded::Allow), ("reject", OnDegraded::Reject)],
+                )
             })
             .unwrap_or_default(),
     };
@@ -221,7 +230,9 @@ pub(super) fn circuit(s: &mut Section<'_, '_>) -> Option<CircuitConfig> {
 
 pub(super) fn retry(s: &mut Section<'_, '_>) -> Option<RetryConfig> {
     let r = RetryConfig {
-        max_attempts: s.get_with("max_attempts", |v| count(v, 1, 100)).unwrap_or(3),
+        max_attempts: s
+            .get_with("max_attempts", |v| count(v, 1, 100))
+            .unwrap_or(3),
         base: s
             .get_with("base", positive_duration)
             .unwrap_or(Duration::from_millis(100)),
@@ -252,7 +263,10 @@ pub(super) fn adaptive(s: &mut Section<'_, '_>) -> Option<AdaptiveConfig> {
         .get_with("algorithm", |v| {
             one_of(
                 v,
-                &[("aimd", AdaptiveAlgorithm::Aimd), ("gradient", AdaptiveAlgorithm::Gradient)],
+                &[
+                    ("aimd", AdaptiveAlgorithm::Aimd),
+                    ("gradient", AdaptiveAlgorithm::Gradient),
+                ],
             )
         })
         .unwrap_or(AdaptiveAlgorithm::Aimd);
@@ -283,7 +297,10 @@ pub(super) fn adaptive(s: &mut Section<'_, '_>) -> Option<AdaptiveConfig> {
     if a.max < a.min {
         s.error("max", "must not be less than min");
     } else if !(a.min..=a.max).contains(&a.initial) {
-        s.error("initial", format!("{}: must be between min and max", a.initial));
+        s.error(
+            "initial",
+            format!("{}: must be between min and max", a.initial),
+        );
     }
     Some(a)
 }
@@ -304,7 +321,13 @@ pub(super) fn upstream(s: &mut Section<'_, '_>) -> Option<UpstreamConfig> {
         .get_with("method", |v| {
             one_of(
                 v,
-                &[("GET", "GET"), ("POST", "POST"), ("PUT", "PUT"), ("PATCH", "PATCH"), ("DELETE", "DELETE")],
+                &[
+                    ("GET", "GET"),
+                    ("POST", "POST"),
+                    ("PUT", "PUT"),
+                    ("PATCH", "PATCH"),
+                    ("DELETE", "DELETE"),
+                ],
             )
         })
         .unwrap_or("POST")
