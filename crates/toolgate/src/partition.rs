@@ -43,7 +43,10 @@ pub(crate) struct Full;
 
 impl Partitions {
     pub(crate) fn new(max: usize) -> Self {
-        let shards = (0..SHARDS)
+        // Never more shards than partitions allowed, so the per-shard caps add up to
+        // at most `max`.
+        let n = SHARDS.min(max).max(1);
+        let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
                     map: HashMap::new(),
@@ -53,7 +56,7 @@ impl Partitions {
             .collect();
         Self {
             shards,
-            per_shard_max: max.div_ceil(SHARDS).max(1),
+            per_shard_max: (max / n).max(1),
             hasher: hashbrown::DefaultHashBuilder::default(),
         }
     }
@@ -61,7 +64,7 @@ impl Partitions {
     fn shard(&self, key: &str) -> &Mutex<Shard> {
         let mut h = self.hasher.build_hasher();
         key.hash(&mut h);
-        let i = (h.finish() as usize) % SHARDS;
+        let i = (h.finish() as usize) % self.shards.len();
         &self.shards[i]
     }
 
@@ -97,6 +100,15 @@ impl Partitions {
     pub(crate) fn sweep(&self, def: &QuotaDef, now: Nanos) {
         for s in self.shards.iter() {
             s.lock().sweep(def, now);
+        }
+    }
+
+    /// Runs `f` on every live partition.
+    pub(crate) fn for_each(&self, f: impl Fn(&Cell)) {
+        for s in self.shards.iter() {
+            for cell in s.lock().map.values() {
+                f(cell);
+            }
         }
     }
 

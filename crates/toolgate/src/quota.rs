@@ -51,10 +51,10 @@ pub(crate) struct Quota {
     pub(crate) slot: Slot,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Slot {
     Single(Arc<Cell>),
-    Partitioned(Partitions),
+    Partitioned(Arc<Partitions>),
 }
 
 /// The state of one quota instance.
@@ -253,7 +253,7 @@ impl QuotaDef {
 impl Quota {
     pub(crate) fn new(def: QuotaDef, now: Nanos) -> Self {
         let slot = if def.partitioned {
-            Slot::Partitioned(Partitions::new(def.max_partitions))
+            Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions)))
         } else {
             Slot::Single(Arc::new(Cell::new(def.fresh(now))))
         };
@@ -261,7 +261,20 @@ impl Quota {
     }
 
     /// A quota of definition `def` carrying over the state of `old`.
+    ///
+    /// A concurrency limit keeps its very cells (only the limit changes), so that
+    /// calls admitted before the switch release into the same count.
     pub(crate) fn converted(def: QuotaDef, old: &Quota, now: Nanos) -> Self {
+        if let (Kind::Concurrency(limit), Kind::Concurrency(_)) = (def.kind, old.def.kind) {
+            if def.partitioned == old.def.partitioned {
+                match &old.slot {
+                    Slot::Single(c) => c.lock().set_limit(limit),
+                    Slot::Partitioned(p) => p.for_each(|c| c.lock().set_limit(limit)),
+                }
+                let slot = old.slot.clone();
+                return Self { def, slot };
+            }
+        }
         let convert = |cell: &Cell| {
             let st = cell.lock();
             Cell::new(def.convert(&old.def, &st.limiter, now))
@@ -269,9 +282,9 @@ impl Quota {
         let slot = match (&old.slot, def.partitioned) {
             (Slot::Single(cell), false) => Slot::Single(Arc::new(convert(cell))),
             (Slot::Partitioned(parts), true) => {
-                Slot::Partitioned(parts.converted(def.max_partitions, convert))
+                Slot::Partitioned(Arc::new(parts.converted(def.max_partitions, convert)))
             }
-            (_, true) => Slot::Partitioned(Partitions::new(def.max_partitions)),
+            (_, true) => Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions))),
             (_, false) => Slot::Single(Arc::new(Cell::new(def.fresh(now)))),
         };
         Self { def, slot }
@@ -418,6 +431,14 @@ impl CellState {
     pub(crate) fn release(&mut self, cost: u64) {
         if let Limiter::Concurrency { in_flight, .. } = &mut self.limiter {
             *in_flight = in_flight.saturating_sub(cost);
+        }
+        self.grant_waiters();
+    }
+
+    /// Sets a new concurrency limit and admits the waiters that now fit.
+    pub(crate) fn set_limit(&mut self, new: u64) {
+        if let Limiter::Concurrency { limit, .. } = &mut self.limiter {
+            *limit = new;
         }
         self.grant_waiters();
     }

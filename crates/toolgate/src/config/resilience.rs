@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::section::{expect_str, float_in, int_in, kind, one_of, Section};
+use super::section::{expect_str, float_in, fraction, int_in, kind, one_of, Section};
 
 /// `[tools.X.circuit]`: a circuit breaker per tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,9 +189,7 @@ pub(super) fn circuit(s: &mut Section<'_, '_>) -> Option<CircuitConfig> {
         .unwrap_or(Duration::from_secs(30));
     let c = CircuitConfig {
         window,
-        failure_rate: s
-            .get_with("failure_rate", |v| float_in(v, f64::MIN_POSITIVE, 1.0))
-            .unwrap_or(0.5),
+        failure_rate: s.get_with("failure_rate", fraction).unwrap_or(0.5),
         min_calls: s
             .get_with("min_calls", |v| count(v, 1, 100_000))
             .unwrap_or(10),
@@ -209,7 +207,7 @@ pub(super) fn circuit(s: &mut Section<'_, '_>) -> Option<CircuitConfig> {
         close_after: s
             .get_with("close_after", |v| count(v, 1, 10_000))
             .unwrap_or(1),
-        degraded_rate: s.get_with("degraded_rate", |v| float_in(v, f64::MIN_POSITIVE, 1.0)),
+        degraded_rate: s.get_with("degraded_rate", fraction),
         on_degraded: s
             .get_with("on_degraded", |v| {
                 one_of(
@@ -396,9 +394,7 @@ pub(super) fn store(s: &mut Section<'_, '_>) -> Option<StoreConfig> {
                 )
             })
             .unwrap_or_default(),
-        local_share: s
-            .get_with("local_share", |v| float_in(v, f64::MIN_POSITIVE, 1.0))
-            .unwrap_or(0.1),
+        local_share: s.get_with("local_share", fraction).unwrap_or(0.1),
         local_grant: s
             .get_with("local_grant", |v| int_in(v, 0, super::MAX_COUNT))
             .unwrap_or(0),

@@ -167,6 +167,17 @@ pub(super) fn float_in(v: &Value, min: f64, max: f64) -> Result<f64, String> {
     Ok(f)
 }
 
+/// A fraction in (0, 1].
+pub(super) fn fraction(v: &Value) -> Result<f64, String> {
+    let f = v
+        .as_f64()
+        .ok_or_else(|| format!("expected a number, got {}", kind(v)))?;
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(format!("{f}: must be greater than 0 and at most 1"));
+    }
+    Ok(f)
+}
+
 /// One of the given words.
 pub(super) fn one_of<T: Copy>(v: &Value, options: &[(&str, T)]) -> Result<T, String> {
     let s = expect_str(v)?;

@@ -1,6 +1,13 @@
 //! Integration tests of the admission engine, on a manual clock.
 
+#![allow(clippy::unwrap_used)]
+
+mod config;
+mod demo;
+mod quotas;
+mod reload;
 mod support;
+mod wait;
 
 #[test]
 fn admission_futures_are_send_and_static_with_owned_inputs() {

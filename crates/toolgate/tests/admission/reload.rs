@@ -1,0 +1,55 @@
+//! Applying a new policy to a running engine.
+
+use std::time::Duration;
+
+use toolgate::{Call, Policy};
+
+use crate::support::{admit_n, engine, ms, quota};
+
+#[test]
+fn a_reload_keeps_the_state_of_unchanged_quotas() {
+    let (engine, _clock) = engine("[tools.a]\nrate = \"2/s\"\n[tools.b]\nrate = \"5/s\"");
+    assert_eq!(admit_n(&engine, &Call::new("a"), 5, &mut Vec::new()), 2);
+    engine.apply(
+        Policy::from_toml_str(
+            "[tools.a]\nrate = \"2/s\"\n[tools.b]\nrate = \"50/s\"\n[tools.c]\nrate = \"1/s\"",
+        )
+        .unwrap(),
+    );
+    assert_eq!(admit_n(&engine, &Call::new("a"), 5, &mut Vec::new()), 0);
+    assert_eq!(quota(&engine, "b", "tools.b.rate").capacity, 50);
+    assert_eq!(admit_n(&engine, &Call::new("c"), 5, &mut Vec::new()), 1);
+}
+
+#[test]
+fn a_changed_quota_never_over_admits_across_the_switch() {
+    let (engine, clock) = engine("[tools.a]\nrate = \"10/s\"");
+    assert_eq!(admit_n(&engine, &Call::new("a"), 8, &mut Vec::new()), 8);
+    // Raising the burst does not hand out a fresh, full bucket.
+    engine.apply(Policy::from_toml_str("[tools.a]\nrate = \"10/s\"\nburst = 100").unwrap());
+    assert_eq!(admit_n(&engine, &Call::new("a"), 100, &mut Vec::new()), 2);
+    // Lowering it caps what was left.
+    clock.advance(Duration::from_secs(1));
+    engine.apply(Policy::from_toml_str("[tools.a]\nrate = \"1/s\"\nburst = 3").unwrap());
+    assert_eq!(admit_n(&engine, &Call::new("a"), 100, &mut Vec::new()), 3);
+    // Switching to a sliding window carries the recent admissions over.
+    engine.apply(Policy::from_toml_str("[tools.a]\nrate = \"4/s\"\nwindow = \"sliding\"").unwrap());
+    assert_eq!(admit_n(&engine, &Call::new("a"), 100, &mut Vec::new()), 1);
+    clock.advance(ms(1000));
+    assert_eq!(admit_n(&engine, &Call::new("a"), 100, &mut Vec::new()), 4);
+}
+
+#[test]
+fn calls_in_flight_across_a_reload_still_count_against_concurrency() {
+    let (engine, _clock) = engine("[tools.db]\nconcurrency = 2");
+    let held: Vec<_> = (0..2)
+        .map(|_| engine.try_admit(&Call::new("db")).unwrap())
+        .collect();
+    engine.apply(Policy::from_toml_str("[tools.db]\nconcurrency = 3").unwrap());
+    assert_eq!(admit_n(&engine, &Call::new("db"), 5, &mut Vec::new()), 1);
+    drop(held);
+    assert_eq!(
+        quota(&engine, "db", "tools.db.concurrency").available,
+        Some(3)
+    );
+}
