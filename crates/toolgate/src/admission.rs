@@ -31,6 +31,9 @@ pub(crate) struct Step<'a> {
     pub(crate) quota: &'a Arc<Quota>,
     pub(crate) cell: CellRef<'a>,
     pub(crate) cost: u64,
+    /// The quota's place in the tool's config (own quotas, then pools'): the
+    /// deterministic tie-break for which quota a rejection names.
+    pub(crate) rank: usize,
 }
 
 pub(crate) type Plan<'a> = SmallVec<[Step<'a>; 4]>;
@@ -116,13 +119,15 @@ pub(crate) fn evaluate(
             continue;
         }
         match g.fit(def, s.cost, now) {
-            Fit::At(t) if t > v.at => {
+            Fit::At(t) if t > v.at || (t == v.at && t > now && v.binding.is_some_and(|b| plan[b].rank > s.rank)) => {
                 v.at = t;
                 v.binding = Some(i);
             }
             Fit::At(_) => {}
             Fit::Full => {
-                v.full = v.full.or(Some(i));
+                if v.full.is_none_or(|f| plan[f].rank > s.rank) {
+                    v.full = Some(i);
+                }
             }
         }
     }
@@ -188,7 +193,7 @@ impl ToolRuntime {
     /// The quotas governing `call`, sorted in lock order.
     pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Rejection> {
         let mut plan = Plan::new();
-        for q in &self.quotas {
+        for (rank, q) in self.quotas.iter().enumerate() {
             let cost = match q.def.cost_of {
                 CostOf::Requests => call.count,
                 CostOf::Tokens => call.tokens,
@@ -210,6 +215,7 @@ impl ToolRuntime {
                 quota: q,
                 cell,
                 cost,
+                rank,
             });
         }
         if plan.len() > 1 {

@@ -235,6 +235,7 @@ impl Engine {
                     quota: step.quota,
                     cell: CellRef::Owned(step.cell.get().clone()),
                     cost: step.cost,
+                    rank: merged.len(),
                 }),
             }
         }

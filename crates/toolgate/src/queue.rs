@@ -371,7 +371,7 @@ impl ToolRuntime {
             for (i, (s, g)) in rate.iter().zip(guards.iter_mut()).enumerate() {
                 g.settle(&s.quota.def, now);
                 if let Fit::At(t) = g.fit(&s.quota.def, s.cost, now) {
-                    if t > at {
+                    if t > at || (t == at && t > now && binding.is_some_and(|b: usize| rate[b].rank > s.rank)) {
                         at = t;
                         binding = Some(i);
                     }
@@ -391,7 +391,7 @@ impl ToolRuntime {
                 for (s, g) in rate.iter().zip(guards.iter_mut()) {
                     g.charge(&s.quota.def, s.cost, now);
                 }
-                None
+                Err(now)
             } else {
                 let seq = sched.next_seq();
                 for (s, g) in rate.iter().zip(guards.iter_mut()) {
@@ -409,20 +409,25 @@ impl ToolRuntime {
                         slot: slot.clone(),
                     },
                 );
-                Some((seq, slot))
+                Ok((seq, slot))
             }
         };
-        if let Some((seq, slot)) = reserved {
-            let mut guard = WaitGuard {
-                core,
-                seq,
-                slot,
-                armed: true,
-            };
-            sleep_until_slot(clock, &guard.slot).await;
-            guard.armed = false;
-            core.sched.lock().pending.remove(&seq);
-        }
+        // The admission time is the reserved one, whenever the task gets to run.
+        let admitted_at = match reserved {
+            Err(now) => now,
+            Ok((seq, slot)) => {
+                let mut guard = WaitGuard {
+                    core,
+                    seq,
+                    slot,
+                    armed: true,
+                };
+                sleep_until_slot(clock, &guard.slot).await;
+                guard.armed = false;
+                core.sched.lock().pending.remove(&seq);
+                guard.slot.at()
+            }
+        };
 
         // Admitted: collect what the permit keeps, run the shadow quotas.
         let now = clock.now();
@@ -436,9 +441,9 @@ impl ToolRuntime {
             let mut guards = lock_all(&plan);
             self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
         }
-        let waited = Duration::from_nanos(now.saturating_sub(start));
+        let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
         self.stats.on_admit(waited, call.tenant);
-        Ok(Permit::new(Some(self.clone()), held, now, waited))
+        Ok(Permit::new(Some(self.clone()), held, admitted_at, waited))
     }
 }
 
