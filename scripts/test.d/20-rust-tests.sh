@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
-# Unit, integration, property and doc tests of every crate; then the loom model
-# checks of the core's shared state; then each benchmark once as a test (fast mode),
-# so benchmarks cannot rot.
+# Unit, integration, property, doc tests and each benchmark run once as a test (so
+# benchmarks cannot rot) for every crate; then the loom model checks of the core's
+# shared state.
 set -euo pipefail
-cargo test --workspace --locked
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
-  cargo test -p toolgate --test loom --release --locked --target-dir target/loom
-cargo bench -p toolgate --locked --bench toolgate_benches -- --test
+cargo test --workspace --all-targets --locked
+cargo test --workspace --doc --locked
+RUSTFLAGS="--cfg loom" cargo test -p toolgate --test loom --locked --target-dir target/loom

@@ -1,1 +1,19 @@
-fn main() {}
+//! toolgate side by side with governor, on equivalent quotas and fake clocks (no
+//! clock noise). Run: `cargo bench -p toolgate --bench toolgate_benches`.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+mod contended;
+mod partitions;
+mod quotas;
+mod single_threaded;
+mod support;
+
+criterion::criterion_group!(
+    benches,
+    single_threaded::bench,
+    contended::bench,
+    quotas::bench,
+    partitions::bench
+);
+criterion::criterion_main!(benches);

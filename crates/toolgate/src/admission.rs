@@ -119,7 +119,12 @@ pub(crate) fn evaluate(
             continue;
         }
         match g.fit(def, s.cost, now) {
-            Fit::At(t) if t > v.at || (t == v.at && t > now && v.binding.is_some_and(|b| plan[b].rank > s.rank)) => {
+            Fit::At(t)
+                if t > v.at
+                    || (t == v.at
+                        && t > now
+                        && v.binding.is_some_and(|b| plan[b].rank > s.rank)) =>
+            {
                 v.at = t;
                 v.binding = Some(i);
             }

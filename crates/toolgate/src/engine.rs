@@ -4,7 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
 use crate::admission::{charge, evaluate, CellRef, Step};
@@ -14,7 +13,7 @@ use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
 use crate::permit::Permit;
 use crate::policy::{Compiled, Policy, ToolRuntime};
 use crate::queue::Scheduler;
-use crate::sync::Mutex;
+use crate::sync::{Mutex, Swap, SwapGuard};
 
 /// The admission engine: decides, before a tool call runs, whether it may start.
 ///
@@ -56,7 +55,7 @@ pub struct Engine {
 #[derive(Debug)]
 struct Inner {
     core: Arc<Core>,
-    compiled: ArcSwap<Compiled>,
+    compiled: Swap<Compiled>,
     reload: Mutex<()>,
 }
 
@@ -95,7 +94,7 @@ impl Engine {
         Self {
             inner: Arc::new(Inner {
                 core,
-                compiled: ArcSwap::from_pointee(compiled),
+                compiled: Swap::new(compiled),
                 reload: Mutex::new(()),
             }),
         }
@@ -350,7 +349,7 @@ impl Engine {
         }
     }
 
-    pub(crate) fn compiled(&self) -> arc_swap::Guard<Arc<Compiled>> {
+    pub(crate) fn compiled(&self) -> SwapGuard<Compiled> {
         self.inner.compiled.load()
     }
 }

@@ -166,11 +166,11 @@ impl Scheduler {
         seeds: &[(Arc<Quota>, Arc<Cell>)],
         from: u64,
         leaving: Option<&WaitSlot>,
-        adjust: impl FnOnce(&mut [MutexGuard<'_, crate::quota::CellState>], &[usize], Nanos),
+        adjust: impl FnOnce(&mut [MutexGuard<'_, crate::quota::CellState>], &[u64], Nanos),
     ) -> bool {
         let scan_now = clock.now();
         // The closure: cells touched, each with the first sequence number that touched it.
-        let mut cells: BTreeMap<usize, (Arc<Quota>, Arc<Cell>, u64)> = seeds
+        let mut cells: BTreeMap<u64, (Arc<Quota>, Arc<Cell>, u64)> = seeds
             .iter()
             .map(|(q, c)| (c.order(), (q.clone(), c.clone(), from)))
             .collect();
@@ -186,7 +186,7 @@ impl Scheduler {
                     .or_insert_with(|| (q.clone(), c.clone(), seq));
             }
         }
-        let order: Vec<usize> = cells.keys().copied().collect();
+        let order: Vec<u64> = cells.keys().copied().collect();
         let entries: Vec<&(Arc<Quota>, Arc<Cell>, u64)> = cells.values().collect();
         let mut guards: Vec<_> = entries.iter().map(|(_, c, _)| c.lock()).collect();
         let now = clock.now();
@@ -371,7 +371,11 @@ impl ToolRuntime {
             for (i, (s, g)) in rate.iter().zip(guards.iter_mut()).enumerate() {
                 g.settle(&s.quota.def, now);
                 if let Fit::At(t) = g.fit(&s.quota.def, s.cost, now) {
-                    if t > at || (t == at && t > now && binding.is_some_and(|b: usize| rate[b].rank > s.rank)) {
+                    if t > at
+                        || (t == at
+                            && t > now
+                            && binding.is_some_and(|b: usize| rate[b].rank > s.rank))
+                    {
                         at = t;
                         binding = Some(i);
                     }

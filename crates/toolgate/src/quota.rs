@@ -60,8 +60,14 @@ pub(crate) enum Slot {
 /// The state of one quota instance.
 #[derive(Debug)]
 pub(crate) struct Cell {
+    /// Unique and fixed for the cell's life: the order in which locks are taken.
+    /// (Addresses would do for deadlock freedom, but ids keep the order the same
+    /// from run to run, which model checking needs.)
+    id: u64,
     state: Mutex<CellState>,
 }
+
+static NEXT_CELL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Debug)]
 pub(crate) struct CellState {
@@ -296,6 +302,7 @@ impl Quota {
 impl Cell {
     pub(crate) fn new(limiter: Limiter) -> Self {
         Self {
+            id: NEXT_CELL.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(CellState {
                 limiter,
                 pending: None,
@@ -307,9 +314,9 @@ impl Cell {
         self.state.lock()
     }
 
-    /// The address used to order lock acquisition.
-    pub(crate) fn order(self: &Arc<Self>) -> usize {
-        Arc::as_ptr(self) as usize
+    /// The key that orders lock acquisition.
+    pub(crate) fn order(&self) -> u64 {
+        self.id
     }
 }
 

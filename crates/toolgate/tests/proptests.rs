@@ -46,8 +46,15 @@ const S: u64 = 1_000_000_000;
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u64),
-    Try { tool: usize, count: u64, tokens: u64 },
-    Wait { tool: usize, tokens: u64 },
+    Try {
+        tool: usize,
+        count: u64,
+        tokens: u64,
+    },
+    Wait {
+        tool: usize,
+        tokens: u64,
+    },
     Complete(usize),
     Cancel(usize),
 }
@@ -62,7 +69,8 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-type AdmitTask = Spawn<std::pin::Pin<Box<dyn std::future::Future<Output = Result<Permit, Rejection>> + Send>>>;
+type AdmitTask =
+    Spawn<std::pin::Pin<Box<dyn std::future::Future<Output = Result<Permit, Rejection>> + Send>>>;
 
 /// One admitted call, as the reference models see it.
 #[derive(Debug, Clone)]
@@ -129,7 +137,11 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
-            Op::Try { tool, count, tokens } => {
+            Op::Try {
+                tool,
+                count,
+                tokens,
+            } => {
                 let call = Call::new(TOOLS[tool]).count(count).tokens(tokens);
                 let res = engine.try_admit(&call);
                 r.record(i, tool, count, tokens, res);
@@ -159,14 +171,19 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                 }
             }
             Op::Cancel(usize::MAX) => {
-                if let Some(w) = waiters.last_mut().filter(|w| w.op_index + 1 == i && w.task.is_some()) {
+                if let Some(w) = waiters
+                    .last_mut()
+                    .filter(|w| w.op_index + 1 == i && w.task.is_some())
+                {
                     w.task = None;
                     w.cancelled_pending = true;
                     cancelled.push(w.op_index);
                 }
             }
             Op::Cancel(k) => {
-                let live: Vec<usize> = (0..waiters.len()).filter(|&w| waiters[w].task.is_some()).collect();
+                let live: Vec<usize> = (0..waiters.len())
+                    .filter(|&w| waiters[w].task.is_some())
+                    .collect();
                 if !live.is_empty() {
                     let w = &mut waiters[live[k % live.len()]];
                     w.task = None;
@@ -181,25 +198,44 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
         clock.advance(Duration::from_millis(100));
         r.poll_waiters(&mut waiters);
     }
-    assert!(waiters.iter().all(|w| w.task.is_none()), "a waiter never finished");
+    assert!(
+        waiters.iter().all(|w| w.task.is_none()),
+        "a waiter never finished"
+    );
     assert!(waiters.iter().filter(|w| w.cancelled_pending).count() >= cancelled.len());
     (r, cancelled)
 }
 
 impl Run {
-    fn record(&mut self, op: usize, tool: usize, count: u64, tokens: u64, res: Result<Permit, Rejection>) {
+    fn record(
+        &mut self,
+        op: usize,
+        tool: usize,
+        count: u64,
+        tokens: u64,
+        res: Result<Permit, Rejection>,
+    ) {
         match res {
             Ok(p) => {
                 let id = self.admissions.len();
                 self.told.insert(op, Told::Admitted(p.admitted_at()));
-                self.admissions.push(Admission { tool, at: p.admitted_at(), count, tokens });
+                self.admissions.push(Admission {
+                    tool,
+                    at: p.admitted_at(),
+                    count,
+                    tokens,
+                });
                 self.events.push(Event::Admitted { id });
                 self.permits.push((id, p));
             }
             Err(rej) => {
                 self.told.insert(
                     op,
-                    Told::Rejected(rej.reason().to_string(), rej.quota().to_string(), rej.retry_after()),
+                    Told::Rejected(
+                        rej.reason().to_string(),
+                        rej.quota().to_string(),
+                        rej.retry_after(),
+                    ),
                 );
             }
         }
@@ -211,7 +247,10 @@ impl Run {
             if let std::task::Poll::Ready(res) = t.poll() {
                 w.task = None;
                 if let Ok(p) = &res {
-                    self.waiter_times.entry(w.tool).or_default().push((w.arrived, p.admitted_at()));
+                    self.waiter_times
+                        .entry(w.tool)
+                        .or_default()
+                        .push((w.arrived, p.admitted_at()));
                 }
                 self.record(w.op_index, w.tool, 1, w.tokens, res);
             }
@@ -221,7 +260,12 @@ impl Run {
 
 /// Token bucket reference: tokens refill continuously at `n` per `period`, capped at
 /// `burst`; the bucket starts full. A different formulation from the engine's GCRA.
-fn bucket_conforms(mut adm: Vec<(u64, u64)>, n: u64, period: u64, burst: u64) -> Result<(), String> {
+fn bucket_conforms(
+    mut adm: Vec<(u64, u64)>,
+    n: u64,
+    period: u64,
+    burst: u64,
+) -> Result<(), String> {
     adm.sort_by_key(|a| a.0);
     let cap = i128::from(burst) * i128::from(period);
     let (mut level, mut last) = (cap, 0u64);
@@ -238,7 +282,11 @@ fn bucket_conforms(mut adm: Vec<(u64, u64)>, n: u64, period: u64, burst: u64) ->
 
 fn window_conforms(adm: &[(u64, u64)], limit: u64, period: u64) -> Result<(), String> {
     for &(t, _) in adm {
-        let inside: u64 = adm.iter().filter(|&&(u, _)| u <= t && u + period > t).map(|a| a.1).sum();
+        let inside: u64 = adm
+            .iter()
+            .filter(|&&(u, _)| u <= t && u + period > t)
+            .map(|a| a.1)
+            .sum();
         if inside > limit {
             return Err(format!("{inside} admissions in the window ending at {t}"));
         }
@@ -266,7 +314,11 @@ fn concurrency_conforms(r: &Run, tools: &[usize], limit: usize) -> Result<(), St
 }
 
 fn of(r: &Run, tools: &[usize], cost: impl Fn(&Admission) -> u64) -> Vec<(u64, u64)> {
-    r.admissions.iter().filter(|a| tools.contains(&a.tool)).map(|a| (a.at, cost(a))).collect()
+    r.admissions
+        .iter()
+        .filter(|a| tools.contains(&a.tool))
+        .map(|a| (a.at, cost(a)))
+        .collect()
 }
 
 proptest! {

@@ -1,0 +1,20 @@
+//! One bucket quota, one thread: admit + complete against governor's check.
+
+use criterion::{BenchmarkId, Criterion};
+use toolgate::Call;
+
+use crate::support::{engine, governor_direct, GOVERNOR, OPEN_BUCKET, TOOLGATE};
+
+pub(crate) fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("single_quota_uncontended");
+    let e = engine(OPEN_BUCKET);
+    let call = Call::new("t");
+    g.bench_function(BenchmarkId::new("admit+complete", TOOLGATE), |b| {
+        b.iter(|| drop(e.try_admit(std::hint::black_box(&call)).unwrap()));
+    });
+    let gov = governor_direct();
+    g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
+        b.iter(|| gov.check().unwrap());
+    });
+    g.finish();
+}

@@ -1,0 +1,38 @@
+//! Builders shared by the benchmark scenarios.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use governor::clock::FakeRelativeClock;
+use governor::{Quota, RateLimiter};
+use toolgate::{Engine, ManualClock, Policy};
+
+/// Names the implementations the way the report reads them.
+pub(crate) const TOOLGATE: &str = "toolgate";
+pub(crate) const GOVERNOR: &str = "governor";
+
+/// A toolgate engine that always admits `tool` (huge rate and burst, frozen clock).
+pub(crate) fn engine(toml: &str) -> Engine {
+    Engine::with_clock(
+        Policy::from_toml_str(toml).unwrap(),
+        Arc::new(ManualClock::new()),
+    )
+}
+
+pub(crate) const OPEN_BUCKET: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000";
+
+pub(crate) type Direct = RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    FakeRelativeClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+/// governor's direct limiter on the same open quota.
+pub(crate) fn governor_direct() -> Direct {
+    let n = NonZeroU32::new(4_000_000_000).unwrap();
+    RateLimiter::direct_with_clock(
+        Quota::per_second(n).allow_burst(n),
+        FakeRelativeClock::default(),
+    )
+}
