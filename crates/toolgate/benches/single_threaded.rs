@@ -9,7 +9,11 @@ pub(crate) fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("single_quota_uncontended");
     let e = engine(OPEN_BUCKET);
     let call = Call::new("t");
+    let handle = e.tool("t");
     g.bench_function(BenchmarkId::new("admit+complete", TOOLGATE), |b| {
+        b.iter(|| drop(handle.try_admit(std::hint::black_box(&call)).unwrap()));
+    });
+    g.bench_function(BenchmarkId::new("admit+complete_by_name", TOOLGATE), |b| {
         b.iter(|| drop(e.try_admit(std::hint::black_box(&call)).unwrap()));
     });
     let gov = governor_direct();

@@ -163,7 +163,7 @@ pub(crate) fn charge(
     guards: &mut [MutexGuard<'_, CellState>],
     at: Nanos,
     shadow: bool,
-    held: &mut SmallVec<[Held; 2]>,
+    held: &mut Vec<Held>,
 ) {
     for (s, g) in plan.iter().zip(guards.iter_mut()) {
         if s.quota.def.shadow != shadow {
@@ -235,6 +235,15 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Permit, Denied> {
+        if self.try_fast(call, now) {
+            self.stats.on_admit(Duration::ZERO, call.tenant);
+            return Ok(Permit::new(
+                Some(self.clone()),
+                Vec::new(),
+                now,
+                Duration::ZERO,
+            ));
+        }
         let plan = self.plan(call, now).map_err(|rejection| Denied {
             rejection,
             at: now,
@@ -249,12 +258,36 @@ impl ToolRuntime {
                 can_wait: true,
             });
         }
-        let mut held = SmallVec::new();
+        let mut held = Vec::new();
         charge(&plan, &mut guards, now, false, &mut held);
         self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
         drop(guards);
         self.stats.on_admit(Duration::ZERO, call.tenant);
         Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
+    }
+
+    /// The fast path of a tool governed by exactly one unpartitioned, enforced
+    /// request bucket (the common case): one lock, no plan. Returns false whenever the
+    /// general path must decide (including every rejection).
+    fn try_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
+        let Some((_, cell, g)) = self.fast.as_ref() else {
+            return false;
+        };
+        if call.count > g.burst() {
+            return false;
+        }
+        let mut st = cell.lock();
+        if st.pending.is_some() {
+            return false;
+        }
+        let crate::quota::Limiter::Bucket(tat) = &mut st.limiter else {
+            return false;
+        };
+        if g.earliest(*tat, call.count, now) > now {
+            return false;
+        }
+        *tat = g.charge(*tat, call.count, now);
+        true
     }
 
     /// Computes the decision of the shadow quotas: charges them if they would admit,
@@ -265,7 +298,7 @@ impl ToolRuntime {
         guards: &mut [MutexGuard<'_, CellState>],
         now: Nanos,
         tenant: Option<&str>,
-        held: &mut SmallVec<[Held; 2]>,
+        held: &mut Vec<Held>,
     ) {
         if !plan.iter().any(|s| s.quota.def.shadow) {
             return;

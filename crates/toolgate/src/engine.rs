@@ -57,6 +57,29 @@ struct Inner {
     core: Arc<Core>,
     compiled: Swap<Compiled>,
     reload: Mutex<()>,
+    /// Bumped by every reload, so that [`ToolHandle`]s notice a new policy.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// A tool resolved once, for callers that admit the same tool in a hot loop: skips
+/// the lookup by name. Follows policy reloads (it re-resolves when the policy
+/// changes).
+///
+/// # Examples
+///
+/// ```
+/// use toolgate::{Call, Engine, Policy};
+///
+/// let engine = Engine::new(Policy::from_toml_str("[tools.t]\nrate = \"1/h\"").unwrap());
+/// let t = engine.tool("t");
+/// assert!(t.try_admit(&Call::new("t")).is_ok());
+/// assert!(t.try_admit(&Call::new("t")).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ToolHandle {
+    engine: Engine,
+    name: Arc<str>,
+    cached: Option<(u64, Arc<ToolRuntime>)>,
 }
 
 /// What every tool of an engine shares: the clock and the waiters' scheduler.
@@ -96,6 +119,7 @@ impl Engine {
                 core,
                 compiled: Swap::new(compiled),
                 reload: Mutex::new(()),
+                generation: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -253,7 +277,7 @@ impl Engine {
             tool.stats.on_reject(&r, None);
             return Err(r);
         }
-        let mut scratch = SmallVec::new();
+        let mut scratch = Vec::new();
         charge(&merged, &mut guards, now, false, &mut scratch);
         let shadow_ok = evaluate(&merged, &mut guards, now, true).admits(now);
         if shadow_ok {
@@ -263,7 +287,7 @@ impl Engine {
         let mut permits = Vec::with_capacity(calls.len());
         for ((call, tool), plan) in calls.iter().zip(&tools).zip(&plans) {
             let Some(tool) = tool else {
-                permits.push(Permit::new(None, SmallVec::new(), now, Duration::ZERO));
+                permits.push(Permit::new(None, Vec::new(), now, Duration::ZERO));
                 continue;
             };
             let held = plan
@@ -330,6 +354,27 @@ impl Engine {
         let now = self.inner.core.clock.now();
         let new = Compiled::new(policy, &self.inner.core, Some(&old), now);
         self.inner.compiled.store(Arc::new(new));
+        self.inner
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A handle on `tool` that skips the lookup by name on every call.
+    pub fn tool(&self, tool: &str) -> ToolHandle {
+        let generation = self
+            .inner
+            .generation
+            .load(std::sync::atomic::Ordering::Acquire);
+        let cached = self
+            .compiled()
+            .tools
+            .get(tool)
+            .map(|t| (generation, t.clone()));
+        ToolHandle {
+            engine: self.clone(),
+            name: tool.into(),
+            cached,
+        }
     }
 
     fn unknown(&self, compiled: &Compiled, call: &Call<'_>) -> Result<Permit, Rejection> {
@@ -337,7 +382,7 @@ impl Engine {
         match compiled.unknown {
             UnknownTools::Allow => Ok(Permit::new(
                 None,
-                SmallVec::new(),
+                Vec::new(),
                 self.inner.core.clock.now(),
                 Duration::ZERO,
             )),
@@ -351,6 +396,35 @@ impl Engine {
 
     pub(crate) fn compiled(&self) -> SwapGuard<Compiled> {
         self.inner.compiled.load()
+    }
+}
+
+// === impl ToolHandle ===
+
+impl ToolHandle {
+    /// As [`Engine::try_admit`], for this handle's tool (the call's own tool name is
+    /// not looked at).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        let inner = &self.engine.inner;
+        match &self.cached {
+            Some((generation, tool))
+                if *generation == inner.generation.load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                let now = inner.core.clock.now();
+                tool.try_admit(call, now).map_err(|d| {
+                    tool.stats.on_reject(&d.rejection, call.tenant);
+                    d.rejection
+                })
+            }
+            _ => self.engine.try_admit(&Call {
+                tool: &self.name,
+                ..*call
+            }),
+        }
     }
 }
 

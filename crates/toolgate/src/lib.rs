@@ -81,7 +81,7 @@ mod sync;
 
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
 pub use decision::{Call, Completion, Outcome, Reason, Rejection};
-pub use engine::{Engine, ExecuteError};
+pub use engine::{Engine, ExecuteError, ToolHandle};
 pub use permit::Permit;
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};

@@ -4,8 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
 use crate::clock::Nanos;
 use crate::decision::Completion;
 use crate::policy::ToolRuntime;
@@ -33,7 +31,7 @@ use crate::quota::{Cell, CostOf, Kind, Quota};
 #[must_use = "a permit releases its quota when dropped"]
 pub struct Permit {
     tool: Option<Arc<ToolRuntime>>,
-    held: SmallVec<[Held; 2]>,
+    held: Vec<Held>,
     admitted_at: Nanos,
     waited: Duration,
     done: bool,
@@ -53,7 +51,7 @@ pub(crate) struct Held {
 impl Permit {
     pub(crate) fn new(
         tool: Option<Arc<ToolRuntime>>,
-        held: SmallVec<[Held; 2]>,
+        held: Vec<Held>,
         admitted_at: Nanos,
         waited: Duration,
     ) -> Self {
@@ -95,7 +93,12 @@ impl Permit {
             return;
         };
         let core = &tool.core;
-        for h in self.held.drain(..) {
+        let held = if self.held.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.held)
+        };
+        for h in held {
             match (h.quota.def.kind, h.quota.def.cost_of) {
                 (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
                 (_, CostOf::Tokens) => {

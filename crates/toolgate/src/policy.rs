@@ -16,7 +16,7 @@ use crate::clock::Nanos;
 use crate::config::{Config, ConfigErrors, Mode, OnLimit, QuotaConfig, UnknownTools};
 use crate::engine::Core;
 use crate::observe::ToolStats;
-use crate::quota::{Quota, QuotaDef};
+use crate::quota::{CostOf, Kind, Quota, QuotaDef, Slot};
 
 /// A validated config, ready to run.
 ///
@@ -52,6 +52,9 @@ pub(crate) struct ToolRuntime {
     pub(crate) queue_limit: usize,
     pub(crate) stats: Arc<ToolStats>,
     pub(crate) core: Arc<Core>,
+    /// Set when the tool is governed by exactly one unpartitioned, enforced request
+    /// bucket: admission then takes the single-lock fast path.
+    pub(crate) fast: Option<(Arc<Quota>, Arc<crate::quota::Cell>, crate::rate::Gcra)>,
 }
 
 // === impl Policy ===
@@ -161,6 +164,7 @@ impl Compiled {
                 }
             }
             let stats = stats_of(name);
+            let fast = fast_path(&list);
             tools.insert(
                 name.as_str().into(),
                 Arc::new(ToolRuntime {
@@ -171,6 +175,7 @@ impl Compiled {
                     queue_limit: t.queue_limit,
                     stats,
                     core: core.clone(),
+                    fast,
                 }),
             );
         }
@@ -186,6 +191,21 @@ impl Compiled {
             quotas,
             unknown_stats,
         }
+    }
+}
+
+/// The single bucket of a tool that has nothing else, for the fast path.
+fn fast_path(
+    quotas: &[Arc<Quota>],
+) -> Option<(Arc<Quota>, Arc<crate::quota::Cell>, crate::rate::Gcra)> {
+    let [q] = quotas else {
+        return None;
+    };
+    match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow) {
+        (Slot::Single(cell), Kind::Bucket(g), CostOf::Requests, false) => {
+            Some((q.clone(), cell.clone(), g))
+        }
+        _ => None,
     }
 }
 

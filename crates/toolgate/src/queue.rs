@@ -82,7 +82,7 @@ struct WaitGuard<'a> {
 /// Concurrency slots taken while waiting; released unless handed to a permit.
 #[derive(Default)]
 struct ConcHold {
-    held: SmallVec<[Held; 2]>,
+    held: Vec<Held>,
 }
 
 /// A queued concurrency waiter; leaves the queue (or gives back a slot granted in
