@@ -235,6 +235,51 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Permit, Denied> {
+        let probe = self.circuit_gate(now)?;
+        match self.try_quotas(call, now) {
+            Ok(mut permit) => {
+                permit.set_probe(probe);
+                Ok(permit)
+            }
+            Err(d) => {
+                if probe {
+                    self.cancel_probe();
+                }
+                Err(d)
+            }
+        }
+    }
+
+    /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go
+    /// ahead, or a `circuit_open` denial.
+    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denied> {
+        let Some(b) = &self.breaker else {
+            return Ok(false);
+        };
+        match b.gate(now) {
+            crate::circuit::Gate::Pass => Ok(false),
+            crate::circuit::Gate::Probe => Ok(true),
+            crate::circuit::Gate::Reject(retry) => Err(Denied {
+                rejection: Rejection::new(
+                    self.name.clone(),
+                    self.circuit_path.clone(),
+                    Reason::CircuitOpen,
+                    retry,
+                ),
+                at: now,
+                can_wait: false,
+            }),
+        }
+    }
+
+    /// Gives back a half-open probe slot whose call never ran.
+    pub(crate) fn cancel_probe(&self) {
+        if let Some(b) = &self.breaker {
+            b.cancel_probe();
+        }
+    }
+
+    fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
         if self.try_fast(call, now) {
             self.stats.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::new(

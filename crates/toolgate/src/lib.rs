@@ -63,6 +63,7 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod admission;
+mod circuit;
 mod clock;
 pub mod config;
 mod decision;
@@ -79,6 +80,7 @@ mod rate;
 mod state;
 mod sync;
 
+pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
 pub use decision::{Call, Completion, Outcome, Reason, Rejection};
 pub use engine::{Engine, ExecuteError, ToolHandle};

@@ -9,7 +9,7 @@
 //! tenants are refused until old ones go idle, rather than evicting live state (which
 //! would hand out fresh quota and over-admit).
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -62,9 +62,7 @@ impl Partitions {
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        let i = (h.finish() as usize) % self.shards.len();
+        let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
         &self.shards[i]
     }
 

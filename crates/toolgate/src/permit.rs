@@ -35,6 +35,7 @@ pub struct Permit {
     admitted_at: Nanos,
     waited: Duration,
     done: bool,
+    probe: bool,
 }
 
 /// A part of a quota a permit keeps until the call ends: concurrency to release, or a
@@ -61,7 +62,13 @@ impl Permit {
             admitted_at,
             waited,
             done: false,
+            probe: false,
         }
+    }
+
+    /// Marks the permit as a half-open probe of the tool's circuit breaker.
+    pub(crate) fn set_probe(&mut self, probe: bool) {
+        self.probe = probe;
     }
 
     /// The tool's name, or `None` for a tool without a policy (admitted without
@@ -107,6 +114,13 @@ impl Permit {
                     }
                 }
                 _ => {}
+            }
+        }
+        if let Some(b) = &tool.breaker {
+            match completion {
+                Some(c) => b.record(c.outcome, c.latency, self.probe, core.clock.now()),
+                None if self.probe => b.cancel_probe(),
+                None => {}
             }
         }
         tool.stats.on_finish(completion.map(|c| c.outcome));

@@ -55,6 +55,10 @@ pub(crate) struct ToolRuntime {
     /// Set when the tool is governed by exactly one unpartitioned, enforced request
     /// bucket: admission then takes the single-lock fast path.
     pub(crate) fast: Option<(Arc<Quota>, Arc<crate::quota::Cell>, crate::rate::Gcra)>,
+    /// The tool's circuit breaker, kept across reloads while its config is unchanged.
+    pub(crate) breaker: Option<Arc<crate::circuit::Breaker>>,
+    /// `tools.<name>.circuit`, the quota path of circuit rejections.
+    pub(crate) circuit_path: Arc<str>,
 }
 
 // === impl Policy ===
@@ -165,6 +169,17 @@ impl Compiled {
             }
             let stats = stats_of(name);
             let fast = fast_path(&list);
+            let breaker = t.circuit.as_ref().map(|cfg| {
+                old.and_then(|o| o.tools.get(name.as_str()))
+                    .and_then(|o| o.breaker.clone())
+                    .filter(|b| b.config() == cfg)
+                    .unwrap_or_else(|| {
+                        Arc::new(crate::circuit::Breaker::new(
+                            stats.name.clone(),
+                            cfg.clone(),
+                        ))
+                    })
+            });
             tools.insert(
                 name.as_str().into(),
                 Arc::new(ToolRuntime {
@@ -176,6 +191,8 @@ impl Compiled {
                     stats,
                     core: core.clone(),
                     fast,
+                    breaker,
+                    circuit_path: format!("{prefix}.circuit").into(),
                 }),
             );
         }

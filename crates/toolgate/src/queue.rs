@@ -79,6 +79,23 @@ struct WaitGuard<'a> {
     armed: bool,
 }
 
+/// A half-open probe slot taken while waiting; given back unless handed to a permit.
+struct ProbeHold<'a>(Option<&'a ToolRuntime>);
+
+impl ProbeHold<'_> {
+    fn disarm(mut self) -> bool {
+        self.0.take().is_some()
+    }
+}
+
+impl Drop for ProbeHold<'_> {
+    fn drop(&mut self) {
+        if let Some(tool) = self.0 {
+            tool.cancel_probe();
+        }
+    }
+}
+
 /// Concurrency slots taken while waiting; released unless handed to a permit.
 #[derive(Default)]
 struct ConcHold {
@@ -342,6 +359,13 @@ impl ToolRuntime {
             let retry = first.rejection.retry_after().map(nanos);
             return Err(reject(Reason::QueueFull, retry));
         };
+        // A half-open probe slot is held while waiting and given back if the call
+        // never runs.
+        let probe = ProbeHold(
+            self.circuit_gate(start)
+                .map_err(|d| d.rejection)?
+                .then_some(&*self),
+        );
         let plan = self.plan(&call, start)?;
 
         // Phase 1: concurrency slots, FIFO, in lock order.
@@ -447,7 +471,9 @@ impl ToolRuntime {
         }
         let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
         self.stats.on_admit(waited, call.tenant);
-        Ok(Permit::new(Some(self.clone()), held, admitted_at, waited))
+        let mut permit = Permit::new(Some(self.clone()), held, admitted_at, waited);
+        permit.set_probe(probe.disarm());
+        Ok(permit)
     }
 }
 

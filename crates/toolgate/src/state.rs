@@ -27,6 +27,8 @@ pub struct ToolState {
     pub rejected: u64,
     /// Calls shadow quotas would have rejected.
     pub shadow_rejected: u64,
+    /// The circuit breaker's state, if the tool has one.
+    pub circuit: Option<crate::CircuitState>,
 }
 
 /// The live state of one quota (of one partition when a tenant was given).
@@ -142,5 +144,6 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
         admitted: t.stats.admitted.load(Ordering::Relaxed),
         rejected: t.stats.rejected.load(Ordering::Relaxed),
         shadow_rejected: t.stats.shadow_rejected.load(Ordering::Relaxed),
+        circuit: t.breaker.as_ref().map(|b| b.state()),
     }
 }

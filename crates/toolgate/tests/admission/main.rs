@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod circuit;
 mod config;
 mod demo;
 mod quotas;

@@ -53,3 +53,26 @@ fn calls_in_flight_across_a_reload_still_count_against_concurrency() {
         Some(3)
     );
 }
+
+#[test]
+fn a_tool_handle_follows_a_reload() {
+    let (engine, clock) = engine("[tools.a]\nrate = \"1/s\"");
+    let handle = engine.tool("a");
+    assert_eq!(
+        (0..3)
+            .filter(|_| handle.try_admit(&Call::new("a")).is_ok())
+            .count(),
+        1
+    );
+    engine.apply(Policy::from_toml_str("[tools.a]\nrate = \"5/s\"").unwrap());
+    // The changed quota starts with what the old one had left (nothing), then
+    // refills at the new rate.
+    assert!(handle.try_admit(&Call::new("a")).is_err());
+    clock.advance(ms(400));
+    assert_eq!(
+        (0..9)
+            .filter(|_| handle.try_admit(&Call::new("a")).is_ok())
+            .count(),
+        2
+    );
+}

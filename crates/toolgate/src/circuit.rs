@@ -1,0 +1,284 @@
+//! A circuit breaker per tool: closed, open, half-open, and degraded.
+//!
+//! Why in the admission path: a dependency that keeps failing should stop receiving
+//! calls *before* they leave, exactly like a quota with no room — so an open circuit
+//! rejects at admission with reason `circuit_open` and `retry_after` = the time left
+//! open, and consumes nothing. Half-open admits exactly `half_open_probes` calls, even
+//! under heavy concurrency, because probe slots are taken under the breaker's lock.
+//!
+//! Degraded is the state of a service that answers, but whose answers fail the schema
+//! or semantic check (`invalid` outcomes) at or above `degraded_rate`: calls still run
+//! (or are refused with `on_degraded = "reject"`), and the state and metrics say so.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use crate::clock::{nanos, Nanos};
+use crate::config::{CircuitConfig, CircuitWindow, OnDegraded};
+use crate::decision::Outcome;
+use crate::sync::Mutex;
+
+/// The state of a tool's circuit breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CircuitState {
+    /// Calls flow; outcomes are counted.
+    Closed,
+    /// Calls are rejected with `circuit_open` until the open period ends.
+    Open,
+    /// A limited number of probe calls decide whether to close or reopen.
+    HalfOpen,
+    /// The tool answers, but too many answers are invalid.
+    Degraded,
+}
+
+/// A tool's breaker.
+#[derive(Debug)]
+pub(crate) struct Breaker {
+    config: CircuitConfig,
+    /// The state as of the last transition, readable without the lock.
+    state: AtomicU8,
+    inner: Mutex<Inner>,
+    gauge: metrics::Gauge,
+    tool: std::sync::Arc<str>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: CircuitState,
+    window: VecDeque<Sample>,
+    open_until: Nanos,
+    /// Trips since the circuit last closed, for `open_for` growth.
+    trips: u32,
+    probes_in_flight: u32,
+    probe_successes: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Nanos,
+    failed: bool,
+    invalid: bool,
+}
+
+/// What the breaker says about a new call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Go ahead.
+    Pass,
+    /// Go ahead as a half-open probe (its outcome decides the state).
+    Probe,
+    /// Rejected; retry after this long (if known).
+    Reject(Option<Duration>),
+}
+
+// === impl CircuitState ===
+
+impl CircuitState {
+    /// `"closed"`, `"open"`, `"half_open"` or `"degraded"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half_open",
+            Self::Degraded => "degraded",
+        }
+    }
+
+    const fn code(self) -> u8 {
+        match self {
+            Self::Closed => 0,
+            Self::Open => 1,
+            Self::HalfOpen => 2,
+            Self::Degraded => 3,
+        }
+    }
+
+    fn from_code(c: u8) -> Self {
+        match c {
+            1 => Self::Open,
+            2 => Self::HalfOpen,
+            3 => Self::Degraded,
+            _ => Self::Closed,
+        }
+    }
+}
+
+impl std::fmt::Display for CircuitState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl Breaker ===
+
+impl Breaker {
+    pub(crate) fn new(tool: std::sync::Arc<str>, config: CircuitConfig) -> Self {
+        let gauge = metrics::gauge!("toolgate_circuit_state", "tool" => tool.to_string());
+        gauge.set(0.0);
+        Self {
+            config,
+            state: AtomicU8::new(CircuitState::Closed.code()),
+            inner: Mutex::new(Inner {
+                state: CircuitState::Closed,
+                window: VecDeque::new(),
+                open_until: 0,
+                trips: 0,
+                probes_in_flight: 0,
+                probe_successes: 0,
+            }),
+            gauge,
+            tool,
+        }
+    }
+
+    pub(crate) fn config(&self) -> &CircuitConfig {
+        &self.config
+    }
+
+    /// The state as of the last transition (an open circuit whose time is up reads
+    /// open until the next call makes it half-open).
+    pub(crate) fn state(&self) -> CircuitState {
+        CircuitState::from_code(self.state.load(Ordering::Acquire))
+    }
+
+    /// Decides whether a new call may go ahead at `now`.
+    pub(crate) fn gate(&self, now: Nanos) -> Gate {
+        if self.state() == CircuitState::Closed {
+            return Gate::Pass;
+        }
+        let mut g = self.inner.lock();
+        match g.state {
+            CircuitState::Closed => Gate::Pass,
+            CircuitState::Degraded => match self.config.on_degraded {
+                OnDegraded::Allow => Gate::Pass,
+                OnDegraded::Reject => Gate::Reject(None),
+            },
+            CircuitState::Open if now < g.open_until => {
+                Gate::Reject(Some(Duration::from_nanos(g.open_until - now)))
+            }
+            CircuitState::Open | CircuitState::HalfOpen => {
+                if g.state == CircuitState::Open {
+                    self.transition(&mut g, CircuitState::HalfOpen);
+                    g.probes_in_flight = 0;
+                    g.probe_successes = 0;
+                }
+                if g.probes_in_flight + g.probe_successes < self.config.half_open_probes {
+                    g.probes_in_flight += 1;
+                    Gate::Probe
+                } else {
+                    Gate::Reject(None)
+                }
+            }
+        }
+    }
+
+    /// Gives back a probe slot whose call never ran (rejected by a quota, or dropped).
+    pub(crate) fn cancel_probe(&self) {
+        let mut g = self.inner.lock();
+        if g.state == CircuitState::HalfOpen {
+            g.probes_in_flight = g.probes_in_flight.saturating_sub(1);
+        }
+    }
+
+    /// Records how an admitted call ended.
+    pub(crate) fn record(
+        &self,
+        outcome: Outcome,
+        latency: Option<Duration>,
+        probe: bool,
+        now: Nanos,
+    ) {
+        let slow = matches!((self.config.slow_call, latency), (Some(limit), Some(l)) if l >= limit);
+        let failed = matches!(outcome, Outcome::Error | Outcome::Timeout) || slow;
+        let invalid = outcome == Outcome::Invalid;
+        let mut g = self.inner.lock();
+        if probe && g.state == CircuitState::HalfOpen {
+            g.probes_in_flight = g.probes_in_flight.saturating_sub(1);
+            if failed {
+                return self.trip(&mut g, now);
+            }
+            g.probe_successes += 1;
+            if g.probe_successes >= self.config.close_after {
+                g.trips = 0;
+                g.window.clear();
+                self.transition(&mut g, CircuitState::Closed);
+            }
+            return;
+        }
+        if !matches!(g.state, CircuitState::Closed | CircuitState::Degraded) {
+            // A call admitted before the circuit opened: its outcome is stale.
+            return;
+        }
+        g.window.push_back(Sample {
+            at: now,
+            failed,
+            invalid,
+        });
+        self.trim(&mut g, now);
+        let n = g.window.len() as u32;
+        if n < self.config.min_calls {
+            return;
+        }
+        let failures = g.window.iter().filter(|s| s.failed).count() as f64;
+        if failures / f64::from(n) >= self.config.failure_rate {
+            return self.trip(&mut g, now);
+        }
+        if let Some(rate) = self.config.degraded_rate {
+            let invalids = g.window.iter().filter(|s| s.invalid).count() as f64;
+            let degraded = invalids / f64::from(n) >= rate;
+            match (g.state, degraded) {
+                (CircuitState::Closed, true) => self.transition(&mut g, CircuitState::Degraded),
+                (CircuitState::Degraded, false) => self.transition(&mut g, CircuitState::Closed),
+                _ => {}
+            }
+        }
+    }
+
+    fn trim(&self, g: &mut Inner, now: Nanos) {
+        match self.config.window {
+            CircuitWindow::Count(n) => {
+                while g.window.len() > n as usize {
+                    g.window.pop_front();
+                }
+            }
+            CircuitWindow::Time(d) => {
+                let span = nanos(d);
+                while g
+                    .window
+                    .front()
+                    .is_some_and(|s| s.at.saturating_add(span) <= now)
+                {
+                    g.window.pop_front();
+                }
+            }
+        }
+    }
+
+    fn trip(&self, g: &mut Inner, now: Nanos) {
+        let base = self.config.open_for.as_secs_f64();
+        let grown = base * self.config.open_for_multiplier.powi(g.trips.min(64) as i32);
+        let open_for = Duration::from_secs_f64(grown.min(self.config.open_for_max.as_secs_f64()));
+        g.trips = g.trips.saturating_add(1);
+        g.open_until = now.saturating_add(nanos(open_for));
+        g.window.clear();
+        g.probes_in_flight = 0;
+        g.probe_successes = 0;
+        self.transition(g, CircuitState::Open);
+    }
+
+    fn transition(&self, g: &mut Inner, to: CircuitState) {
+        let from = g.state;
+        if from == to {
+            return;
+        }
+        g.state = to;
+        self.state.store(to.code(), Ordering::Release);
+        self.gauge.set(f64::from(to.code()));
+        metrics::counter!("toolgate_circuit_transitions_total",
+            "tool" => self.tool.to_string(), "from" => from.as_str(), "to" => to.as_str())
+        .increment(1);
+        tracing::info!(target: "toolgate::circuit", tool = &*self.tool, from = from.as_str(), to = to.as_str(), "circuit state changed");
+    }
+}

@@ -1,0 +1,194 @@
+//! The circuit breaker, on a manual clock: every transition.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::{Call, CircuitState, Completion, Outcome};
+
+use crate::support::{engine, ms, quota};
+
+const BREAKER: &str = r#"
+[tools.pay]
+rate = "100/s"
+[tools.pay.circuit]
+window = 4
+min_calls = 4
+failure_rate = 0.5
+open_for = "10s"
+open_for_max = "40s"
+open_for_multiplier = 2.0
+half_open_probes = 2
+close_after = 2
+slow_call = "2s"
+"#;
+
+fn run(engine: &toolgate::Engine, outcome: Outcome) {
+    engine
+        .try_admit(&Call::new("pay"))
+        .unwrap()
+        .complete(Completion::new(outcome));
+}
+
+fn state(engine: &toolgate::Engine) -> Option<CircuitState> {
+    engine.tool_state("pay", None).unwrap().circuit
+}
+
+#[test]
+fn failures_open_the_circuit_which_rejects_without_consuming_anything() {
+    let (engine, clock) = engine(BREAKER);
+    run(&engine, Outcome::Success);
+    run(&engine, Outcome::Error);
+    run(&engine, Outcome::Success);
+    assert_eq!(
+        state(&engine),
+        Some(CircuitState::Closed),
+        "min_calls not reached"
+    );
+    run(&engine, Outcome::Timeout);
+    assert_eq!(state(&engine), Some(CircuitState::Open));
+
+    clock.advance(ms(1_500));
+    let before = quota(&engine, "pay", "tools.pay.rate").available;
+    let r = engine.try_admit(&Call::new("pay")).unwrap_err();
+    assert_eq!(
+        (r.reason().as_str(), r.quota()),
+        ("circuit_open", "tools.pay.circuit")
+    );
+    assert_eq!(r.retry_after(), Some(ms(8_500)));
+    assert_eq!(quota(&engine, "pay", "tools.pay.rate").available, before);
+}
+
+#[test]
+fn half_open_admits_exactly_the_probes_and_closes_after_enough_successes() {
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    clock.advance(Duration::from_secs(10));
+    let p1 = engine.try_admit(&Call::new("pay")).unwrap();
+    assert_eq!(state(&engine), Some(CircuitState::HalfOpen));
+    let p2 = engine.try_admit(&Call::new("pay")).unwrap();
+    assert_eq!(
+        engine
+            .try_admit(&Call::new("pay"))
+            .unwrap_err()
+            .reason()
+            .as_str(),
+        "circuit_open"
+    );
+    p1.complete(Completion::success());
+    assert_eq!(state(&engine), Some(CircuitState::HalfOpen));
+    // One probe has succeeded, one is in flight: still no room for a third.
+    assert!(engine.try_admit(&Call::new("pay")).is_err());
+    p2.complete(Completion::success());
+    assert_eq!(state(&engine), Some(CircuitState::Closed));
+    assert!(engine.try_admit(&Call::new("pay")).is_ok());
+}
+
+#[test]
+fn a_failed_probe_reopens_with_a_longer_open_period_up_to_the_cap() {
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    for open_for in [20, 40, 40] {
+        clock.advance(Duration::from_secs(40));
+        run(&engine, Outcome::Error); // the probe fails
+        assert_eq!(state(&engine), Some(CircuitState::Open));
+        let r = engine.try_admit(&Call::new("pay")).unwrap_err();
+        assert_eq!(r.retry_after(), Some(Duration::from_secs(open_for)));
+    }
+}
+
+#[test]
+fn a_cancelled_probe_frees_its_slot() {
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    clock.advance(Duration::from_secs(10));
+    let a = engine.try_admit(&Call::new("pay")).unwrap();
+    let b = engine.try_admit(&Call::new("pay")).unwrap();
+    assert!(engine.try_admit(&Call::new("pay")).is_err());
+    drop(a); // cancelled: no outcome
+    let c = engine.try_admit(&Call::new("pay")).unwrap();
+    b.complete(Completion::success());
+    c.complete(Completion::success());
+    assert_eq!(state(&engine), Some(CircuitState::Closed));
+}
+
+#[test]
+fn slow_calls_count_as_failures() {
+    let (engine, _clock) = engine(BREAKER);
+    for _ in 0..4 {
+        engine
+            .try_admit(&Call::new("pay"))
+            .unwrap()
+            .complete(Completion::success().latency(Duration::from_secs(3)));
+    }
+    assert_eq!(state(&engine), Some(CircuitState::Open));
+}
+
+#[test]
+fn invalid_output_degrades_the_tool_and_valid_output_restores_it() {
+    let toml = "[tools.pay]\nrate = \"100/s\"\n[tools.pay.circuit]\nwindow = 4\nmin_calls = 4\ndegraded_rate = 0.5";
+    let (engine, _clock) = engine(toml);
+    for o in [
+        Outcome::Invalid,
+        Outcome::Success,
+        Outcome::Invalid,
+        Outcome::Success,
+    ] {
+        run(&engine, o);
+    }
+    assert_eq!(state(&engine), Some(CircuitState::Degraded));
+    assert!(
+        engine.try_admit(&Call::new("pay")).is_ok(),
+        "degraded still admits"
+    );
+    for _ in 0..3 {
+        run(&engine, Outcome::Success);
+    }
+    assert_eq!(state(&engine), Some(CircuitState::Closed));
+
+    let (engine, _clock) = crate::support::engine(&format!("{toml}\non_degraded = \"reject\""));
+    for _ in 0..4 {
+        run(&engine, Outcome::Invalid);
+    }
+    let r = engine.try_admit(&Call::new("pay")).unwrap_err();
+    assert_eq!(r.reason().as_str(), "circuit_open");
+}
+
+#[test]
+fn exactly_the_probes_get_through_a_hundred_concurrent_callers() {
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    clock.advance(Duration::from_secs(10));
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(std::sync::Barrier::new(100));
+    let permits = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..100)
+        .map(|_| {
+            let (engine, admitted, barrier, permits) = (
+                engine.clone(),
+                admitted.clone(),
+                barrier.clone(),
+                permits.clone(),
+            );
+            std::thread::spawn(move || {
+                barrier.wait();
+                if let Ok(p) = engine.try_admit(&Call::new("pay")) {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                    permits.lock().unwrap().push(p);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(admitted.load(Ordering::SeqCst), 2);
+}
