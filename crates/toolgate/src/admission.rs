@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::clock::Nanos;
 use crate::decision::{Call, Reason, Rejection};
-use crate::permit::{Held, Permit};
+use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CellState, CostOf, Fit, Kind, Quota, Slot};
 use crate::sync::MutexGuard;
@@ -163,7 +163,7 @@ pub(crate) fn charge(
     guards: &mut [MutexGuard<'_, CellState>],
     at: Nanos,
     shadow: bool,
-    held: &mut Vec<Held>,
+    held: &mut Held2,
 ) {
     for (s, g) in plan.iter().zip(guards.iter_mut()) {
         if s.quota.def.shadow != shadow {
@@ -284,7 +284,7 @@ impl ToolRuntime {
             self.stats.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::new(
                 Some(self.clone()),
-                Vec::new(),
+                Held2::new(),
                 now,
                 Duration::ZERO,
             ));
@@ -303,7 +303,7 @@ impl ToolRuntime {
                 can_wait: true,
             });
         }
-        let mut held = Vec::new();
+        let mut held = Held2::new();
         charge(&plan, &mut guards, now, false, &mut held);
         self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
         drop(guards);
@@ -343,7 +343,7 @@ impl ToolRuntime {
         guards: &mut [MutexGuard<'_, CellState>],
         now: Nanos,
         tenant: Option<&str>,
-        held: &mut Vec<Held>,
+        held: &mut Held2,
     ) {
         if !plan.iter().any(|s| s.quota.def.shadow) {
             return;

@@ -243,6 +243,26 @@ impl<'a> Call<'a> {
     pub const fn tool_name(&self) -> &'a str {
         self.tool
     }
+
+    /// The tenant, if given.
+    pub const fn tenant_id(&self) -> Option<&'a str> {
+        self.tenant
+    }
+
+    /// The estimated token cost.
+    pub const fn token_estimate(&self) -> u64 {
+        self.tokens
+    }
+
+    /// How many requests this admission stands for.
+    pub const fn request_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The call's own `max_wait`, if it overrides the tool's.
+    pub const fn max_wait_override(&self) -> Option<Duration> {
+        self.max_wait
+    }
 }
 
 // === impl Outcome ===

@@ -10,7 +10,7 @@ use crate::admission::{charge, evaluate, CellRef, Step};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{OnLimit, UnknownTools};
 use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
-use crate::permit::Permit;
+use crate::permit::{Held2, Permit};
 use crate::policy::{Compiled, Policy, ToolRuntime};
 use crate::queue::Scheduler;
 use crate::sync::{Mutex, Swap, SwapGuard};
@@ -277,7 +277,7 @@ impl Engine {
             tool.stats.on_reject(&r, None);
             return Err(r);
         }
-        let mut scratch = Vec::new();
+        let mut scratch = Held2::new();
         charge(&merged, &mut guards, now, false, &mut scratch);
         let shadow_ok = evaluate(&merged, &mut guards, now, true).admits(now);
         if shadow_ok {
@@ -287,7 +287,7 @@ impl Engine {
         let mut permits = Vec::with_capacity(calls.len());
         for ((call, tool), plan) in calls.iter().zip(&tools).zip(&plans) {
             let Some(tool) = tool else {
-                permits.push(Permit::new(None, Vec::new(), now, Duration::ZERO));
+                permits.push(Permit::new(None, Held2::new(), now, Duration::ZERO));
                 continue;
             };
             let held = plan
@@ -382,7 +382,7 @@ impl Engine {
         match compiled.unknown {
             UnknownTools::Allow => Ok(Permit::new(
                 None,
-                Vec::new(),
+                Held2::new(),
                 self.inner.core.clock.now(),
                 Duration::ZERO,
             )),

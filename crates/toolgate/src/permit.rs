@@ -31,12 +31,16 @@ use crate::quota::{Cell, CostOf, Kind, Quota};
 #[must_use = "a permit releases its quota when dropped"]
 pub struct Permit {
     tool: Option<Arc<ToolRuntime>>,
-    held: Vec<Held>,
+    held: Held2,
     admitted_at: Nanos,
     waited: Duration,
     done: bool,
     probe: bool,
 }
+
+/// What a permit keeps: inline for up to two parts (a token budget and a
+/// concurrency slot), so admission does not allocate.
+pub(crate) type Held2 = smallvec::SmallVec<[Held; 2]>;
 
 /// A part of a quota a permit keeps until the call ends: concurrency to release, or a
 /// token estimate to reconcile.
@@ -52,7 +56,7 @@ pub(crate) struct Held {
 impl Permit {
     pub(crate) fn new(
         tool: Option<Arc<ToolRuntime>>,
-        held: Vec<Held>,
+        held: Held2,
         admitted_at: Nanos,
         waited: Duration,
     ) -> Self {
@@ -101,7 +105,7 @@ impl Permit {
         };
         let core = &tool.core;
         let held = if self.held.is_empty() {
-            Vec::new()
+            Held2::new()
         } else {
             std::mem::take(&mut self.held)
         };

@@ -36,7 +36,7 @@ use crate::clock::{nanos, Clock, Nanos, Sleep};
 use crate::config::MAX_WAIT_LIMIT;
 use crate::decision::{Call, Reason, Rejection};
 use crate::engine::Core;
-use crate::permit::{Held, Permit};
+use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota};
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
@@ -99,7 +99,7 @@ impl Drop for ProbeHold<'_> {
 /// Concurrency slots taken while waiting; released unless handed to a permit.
 #[derive(Default)]
 struct ConcHold {
-    held: Vec<Held>,
+    held: Held2,
 }
 
 /// A queued concurrency waiter; leaves the queue (or gives back a slot granted in
