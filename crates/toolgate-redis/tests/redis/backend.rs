@@ -14,7 +14,7 @@ use crate::support::{prefix, redis_available, store, RedisServer};
 
 /// Admission as the suite sees it.
 pub trait Backend: Clone + Send + Sync + 'static {
-    type Permit: Send + 'static;
+    type Permit: Send + std::fmt::Debug + 'static;
     async fn try_admit(&self, call: &Call<'_>) -> Result<Self::Permit, Rejection>;
     async fn admit(&self, call: &Call<'_>) -> Result<Self::Permit, Rejection>;
     async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Self::Permit>, Rejection>;
@@ -125,7 +125,8 @@ impl Factory for RedisFactory {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(1000));
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let store = store(&self.url, &prefix(&format!("suite{n}")), "");
+        // Semantics, not timeouts, are tested here: a generous timeout for loaded CI.
+        let store = store(&self.url, &prefix(&format!("suite{n}")), "timeout = \"5s\"");
         let gate = RedisGate::builder(policy(toml), store)
             .clock(Arc::new(clock.clone()))
             .lease_ttl(self.lease_ttl)

@@ -34,8 +34,16 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
         .await
         .expect("connect");
     for _ in 0..3 {
-        drop(gate.try_admit(&Call::new("b").tokens(200)).await.expect("b"));
-        drop(gate.try_admit(&Call::new("s").tenant("acme")).await.expect("s"));
+        drop(
+            gate.try_admit(&Call::new("b").tokens(200))
+                .await
+                .expect("b"),
+        );
+        drop(
+            gate.try_admit(&Call::new("s").tenant("acme"))
+                .await
+                .expect("s"),
+        );
     }
     let c = gate.try_admit(&Call::new("c")).await.expect("c");
     let keys = server.keys(&p);
@@ -44,7 +52,11 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
         let ttl: i64 = server.cmd(&["PTTL", k]);
         // 3 requests at 10/s: 300 ms; 600 tokens at 1000/s: 600 ms; window: 300 ms;
         // the lease: 60 s.
-        let max = if k.contains("concurrency") { 60_002 } else { 602 };
+        let max = if k.contains("concurrency") {
+            60_002
+        } else {
+            602
+        };
         assert!(ttl > 0 && ttl <= max, "{k}: PTTL {ttl}");
     }
     // A completed lease removes its key at once.

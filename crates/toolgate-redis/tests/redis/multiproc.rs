@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use toolgate::{Call, Policy};
 use toolgate_redis::{RedisGate, Source};
 
-use crate::support::{prefix, redis_available, store, RedisServer};
+use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
 
 const PROCESSES: usize = 4;
 const CALLERS: usize = 64;
@@ -31,6 +31,7 @@ fn four_processes_share_one_quota_exactly() {
     if !redis_available() {
         return;
     }
+    let _heavy = HEAVY.blocking_lock();
     let server = RedisServer::start();
     let p = prefix("multiproc");
     let start = unix_ms() + 1_500;
@@ -38,7 +39,13 @@ fn four_processes_share_one_quota_exactly() {
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
-                .args(["multiproc::child_worker", "--exact", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "multiproc::child_worker",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
                 .env("TOOLGATE_MP_URL", server.url())
                 .env("TOOLGATE_MP_PREFIX", &p)
                 .env("TOOLGATE_MP_START", start.to_string())
@@ -65,8 +72,14 @@ fn four_processes_share_one_quota_exactly() {
     let max = 10 + 50 * SECS;
     eprintln!("admitted per process: {each:?}, total {total} of at most {max}");
     assert!(total <= max, "over-admitted: {total} > {max} ({each:?})");
-    assert!(total * 100 >= max * 95, "under-admitted: {total} < 95% of {max} ({each:?})");
-    assert!(each.iter().all(|n| *n > 0), "every process got a share: {each:?}");
+    assert!(
+        total * 100 >= max * 95,
+        "under-admitted: {total} < 95% of {max} ({each:?})"
+    );
+    assert!(
+        each.iter().all(|n| *n > 0),
+        "every process got a share: {each:?}"
+    );
 }
 
 /// The child's part: does nothing unless started by the test above.
@@ -101,7 +114,8 @@ async fn child_worker() {
                         }
                         Err(r) => {
                             let wait = r.retry_after().unwrap_or(Duration::from_millis(5));
-                            let wait = wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
+                            let wait =
+                                wait.clamp(Duration::from_millis(1), Duration::from_millis(50));
                             tokio::time::sleep(wait + jitter).await;
                         }
                     }

@@ -24,8 +24,7 @@ async fn a_lost_lease_expires_after_its_ttl() {
     let no = b
         .try_admit(&Call::new("c"))
         .await
-        .err()
-        .expect("still leased");
+        .expect_err("still leased");
     assert_eq!(no.reason(), Reason::ConcurrencyLimited);
     b.clock().advance(Duration::from_millis(1));
     assert!(b.try_admit(&Call::new("c")).await.is_ok(), "lease expired");
@@ -57,13 +56,13 @@ async fn a_third_of_a_second_is_exact_to_the_microsecond() {
     for _ in 0..3 {
         assert!(b.try_admit(&t).await.is_ok());
     }
-    let no = b.try_admit(&t).await.err().expect("empty");
+    let no = b.try_admit(&t).await.expect_err("empty");
     assert_eq!(no.retry_after(), Some(Duration::from_micros(333_334)));
     // Tokens come back at 333 333⅓, 666 666⅔ and exactly 1 000 000 µs.
     b.clock().advance(Duration::from_micros(999_999));
     assert!(b.try_admit(&t).await.is_ok());
     assert!(b.try_admit(&t).await.is_ok());
-    let no = b.try_admit(&t).await.err().expect("third not yet");
+    let no = b.try_admit(&t).await.expect_err("third not yet");
     assert_eq!(no.retry_after(), Some(Duration::from_micros(1)));
     b.clock().advance(Duration::from_micros(1));
     assert!(b.try_admit(&t).await.is_ok());

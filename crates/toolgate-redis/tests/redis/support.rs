@@ -194,6 +194,10 @@ impl Drop for RedisServer {
     }
 }
 
+/// Held by the tests that load the machine or measure time (multi-process, faults),
+/// so that they do not run at the same time.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A unique key prefix for one test.
 pub fn prefix(name: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
