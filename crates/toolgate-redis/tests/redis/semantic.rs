@@ -244,7 +244,11 @@ pub async fn a_denied_call_charges_nothing<F: Factory>(f: &F) {
 
     // A plan is all-or-nothing too: the second call fails, the first is not charged.
     let b = f
-        .make("[tools.a]\nrate = \"1/h\"\nburst = 1\n[tools.z]\nrate = \"1/h\"\nburst = 1")
+        .make(
+            // A plan's tools share a pool, so that in a cluster they share a slot.
+            "[pools.plan]\nrate = \"1000/h\"\n[tools.a]\nrate = \"1/h\"\nburst = 1\npools = [\"plan\"]\n\
+             [tools.z]\nrate = \"1/h\"\nburst = 1\npools = [\"plan\"]",
+        )
         .await;
     assert!(b.try_admit(&Call::new("z")).await.is_ok());
     let no = b
@@ -370,7 +374,6 @@ macro_rules! semantic_suite {
 }
 
 /// Runs every case in turn (for backends that are costly to start).
-#[allow(dead_code)]
 pub async fn all<F: Factory>(f: &F) {
     burst_then_exact_refill(f).await;
     sliding_window_is_exact(f).await;
