@@ -87,7 +87,7 @@ impl Params {
     ///
     /// When the bucket cannot be computed exactly with doubles: the reduced fraction's
     /// denominator times the burst must stay below 2^53, and so must the time to refill
-    /// a full bucket in µs (about 285 years).
+    /// a full bucket must stay below 2^51 µs (about 71 years).
     pub(crate) fn bucket(path: &str, rate: Rate, burst: u64) -> Result<Self, StoreError> {
         let period_ns = rate.period().as_nanos();
         let units = 1000 * u128::from(rate.count());
