@@ -18,7 +18,7 @@ pub struct RedisServer {
 }
 
 /// Whether redis-server exists; panics (so CI fails loudly) unless
-/// `TOOLGATE_SKIP_REDIS=1` asks to skip locally.
+/// `TOOLGATE_SKIP_REDIS=1` asks to skip locally (ignored when `CI` is set).
 pub fn redis_available() -> bool {
     let found = Command::new("redis-server")
         .arg("--version")
@@ -28,7 +28,8 @@ pub fn redis_available() -> bool {
     if found {
         return true;
     }
-    if std::env::var("TOOLGATE_SKIP_REDIS").as_deref() == Ok("1") {
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    if std::env::var("TOOLGATE_SKIP_REDIS").as_deref() == Ok("1") && !in_ci {
         eprintln!("redis-server not found; skipped because TOOLGATE_SKIP_REDIS=1");
         return false;
     }
