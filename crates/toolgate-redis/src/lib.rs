@@ -35,14 +35,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod batch;
 mod call;
 mod conn;
 mod error;
 mod fallback;
 mod keys;
 mod permit;
+mod plan;
 mod quota;
+mod script;
 mod store;
+mod wait;
 
 pub use error::StoreError;
 pub use permit::{RedisPermit, Source};
