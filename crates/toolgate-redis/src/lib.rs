@@ -40,6 +40,7 @@ mod call;
 mod conn;
 mod error;
 mod fallback;
+mod grant;
 mod keys;
 mod permit;
 mod plan;

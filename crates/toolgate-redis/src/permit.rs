@@ -17,6 +17,9 @@ pub enum Source {
     Redis,
     /// The in-process fallback (`on_store_error = "local"`) while Redis did not answer.
     Local,
+    /// A local grant: capacity this process took from Redis in a batch
+    /// (`local_grant`).
+    Grant,
     /// Nobody: the tool has no policy, or Redis did not answer and
     /// `on_store_error = "fail_open"`.
     Unaccounted,
@@ -71,6 +74,7 @@ pub(crate) enum Held {
         tokens: Vec<TokenHold>,
     },
     Local(Permit),
+    Granted,
     Unaccounted,
 }
 
@@ -106,6 +110,7 @@ impl RedisPermit {
         match self.held {
             Held::Remote { .. } => Source::Redis,
             Held::Local(_) => Source::Local,
+            Held::Granted => Source::Grant,
             Held::Unaccounted => Source::Unaccounted,
         }
     }
@@ -137,7 +142,7 @@ impl RedisPermit {
                 p.complete(completion);
                 Ok(())
             }
-            Held::Unaccounted => Ok(()),
+            Held::Granted | Held::Unaccounted => Ok(()),
         }
     }
 }

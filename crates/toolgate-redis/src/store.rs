@@ -18,6 +18,7 @@ use crate::call::CallInfo;
 use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::fallback::scaled_policy;
+use crate::grant::Grants;
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
 use crate::quota::{Compiled, RTool};
@@ -63,6 +64,7 @@ pub(crate) struct Inner {
     pub(crate) admit_script: Script,
     pub(crate) release_script: Script,
     pub(crate) handle: tokio::runtime::Handle,
+    pub(crate) grants: Option<Grants>,
 }
 
 /// Unique admission ids: a per-process random prefix and a counter.
@@ -141,6 +143,7 @@ impl Builder {
             admit_script: Script::new(include_str!("scripts/admit.lua")),
             release_script: Script::new(include_str!("scripts/release.lua")),
             handle: tokio::runtime::Handle::current(),
+            grants: Grants::new(store.local_grant),
         };
         Ok(RedisGate {
             inner: Arc::new(inner),
@@ -200,6 +203,11 @@ impl RedisGate {
             return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
         };
         let steps = plan(&tool, &info)?;
+        if let Some(p) = g.try_grant(&tool, &steps, info.count).await {
+            let result = Ok(p);
+            record(&tool.name, &result);
+            return result;
+        }
         let result = g.decide(&tool, call, &steps, -1, false).await;
         record(&tool.name, &result);
         result

@@ -13,6 +13,7 @@ mod support;
 mod cluster;
 mod expiry;
 mod faults;
+mod grant;
 mod multiproc;
 mod redis_only;
 

@@ -21,10 +21,18 @@ const SECS: u64 = 5;
 const POLICY: &str = "[tools.shared]\nrate = \"50/s\"\nburst = 10";
 
 fn unix_ms() -> u64 {
+    unix_us() / 1000
+}
+
+fn unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0))
 }
+
+/// Callers stop sending this long before the end, so that the last admissions (made
+/// on Redis after the request's flight) still fall within the 5 s.
+const GUARD_MS: u64 = 50;
 
 #[test]
 fn four_processes_share_one_quota_exactly() {
@@ -57,6 +65,7 @@ fn four_processes_share_one_quota_exactly() {
         .collect();
     let mut total = 0;
     let mut each = Vec::new();
+    let (mut first, mut last) = (u64::MAX, 0);
     for child in children {
         let out = child.wait_with_output().expect("child finishes");
         let text = String::from_utf8_lossy(&out.stdout);
@@ -66,12 +75,36 @@ fn four_processes_share_one_quota_exactly() {
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or_else(|| panic!("child printed no count: {text}"));
         assert!(out.status.success(), "child failed: {text}");
+        let span: Vec<u64> = text
+            .lines()
+            .find_map(|l| l.split_once("SPAN ").map(|(_, s)| s))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let [a, b] = span[..] {
+            first = first.min(a);
+            last = last.max(b);
+        }
         each.push(n);
         total += n;
     }
     let max = 10 + 50 * SECS;
-    eprintln!("admitted per process: {each:?}, total {total} of at most {max}");
+    // Every admission was made on Redis between the first request sent and the last
+    // answer received, so the GCRA bound over that measured span holds exactly.
+    let span_us = last.saturating_sub(first);
+    let exact = 10 + 50 * span_us / 1_000_000;
+    eprintln!(
+        "admitted per process: {each:?}, total {total} of at most {max} \
+         (measured span {span_us} µs: at most {exact})"
+    );
     assert!(total <= max, "over-admitted: {total} > {max} ({each:?})");
+    assert!(
+        total <= exact,
+        "over-admitted: {total} > {exact} in {span_us} µs"
+    );
     assert!(
         total * 100 >= max * 95,
         "under-admitted: {total} < 95% of {max} ({each:?})"
@@ -99,15 +132,21 @@ async fn child_worker() {
         .expect("connect");
     let admitted = Arc::new(AtomicU64::new(0));
     tokio::time::sleep(Duration::from_millis(start.saturating_sub(unix_ms()))).await;
-    let end = start + SECS * 1000;
+    let end = start + SECS * 1000 - GUARD_MS;
+    let first = Arc::new(AtomicU64::new(u64::MAX));
+    let last = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..CALLERS)
         .map(|i| {
             let gate = gate.clone();
             let admitted = admitted.clone();
+            let (first, last) = (first.clone(), last.clone());
             tokio::spawn(async move {
                 let jitter = Duration::from_micros(u64::try_from(i).unwrap_or(0) * 97);
                 while unix_ms() < end {
-                    match gate.try_admit(&Call::new("shared")).await {
+                    first.fetch_min(unix_us(), Ordering::Relaxed);
+                    let result = gate.try_admit(&Call::new("shared")).await;
+                    last.fetch_max(unix_us(), Ordering::Relaxed);
+                    match result {
                         Ok(p) => {
                             assert_eq!(p.source(), Source::Redis);
                             admitted.fetch_add(1, Ordering::Relaxed);
@@ -127,4 +166,9 @@ async fn child_worker() {
         t.await.expect("caller");
     }
     println!("\nADMITTED {}", admitted.load(Ordering::Relaxed));
+    println!(
+        "\nSPAN {} {}",
+        first.load(Ordering::Relaxed),
+        last.load(Ordering::Relaxed)
+    );
 }
