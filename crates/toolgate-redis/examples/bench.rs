@@ -22,6 +22,7 @@ struct Args {
     prefix: String,
     start_ms: u64,
     latencies: Option<String>,
+    grant: u64,
 }
 
 fn args() -> Result<Args, String> {
@@ -32,6 +33,7 @@ fn args() -> Result<Args, String> {
         prefix: "toolgate-bench:".into(),
         start_ms: 0,
         latencies: None,
+        grant: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,6 +48,7 @@ fn args() -> Result<Args, String> {
             "--prefix" => a.prefix = value()?,
             "--start-ms" => a.start_ms = num(value()?)?,
             "--latencies" => a.latencies = Some(value()?),
+            "--grant" => a.grant = num(value()?)?,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -69,9 +72,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let toml = format!(
-        "[store]\nurl = {:?}\nkey_prefix = {:?}\ntimeout = \"1s\"\n\
+        "[store]\nurl = {:?}\nkey_prefix = {:?}\ntimeout = \"1s\"\nlocal_grant = {}\n\
          [tools.bench]\nrate = \"1000000000/s\"\nburst = 1000000000\n",
-        a.url, a.prefix
+        a.url, a.prefix, a.grant
     );
     let config = Config::from_toml_str(&toml)?;
     let store = config.store.clone().ok_or("no store")?;
