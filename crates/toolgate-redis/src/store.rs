@@ -190,7 +190,14 @@ impl RedisGate {
     }
 
     /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.
-    /// One round trip to Redis, never longer than the store's `timeout`.
+    /// One round trip to Redis, never longer than the store's `timeout` (none at all
+    /// when served from a local grant, see `local_grant` in `docs/redis.md`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after the request was sent may leave the admission charged
+    /// in Redis without a permit: rate charges refill and concurrency leases expire
+    /// after the lease TTL.
     ///
     /// # Errors
     ///
