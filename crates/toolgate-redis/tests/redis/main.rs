@@ -31,6 +31,7 @@ mod memory {
         shadow_quotas_never_reject,
         unknown_tools_are_allowed_or_denied,
         waiters_sleep_until_their_reserved_time,
+        a_cancelled_waiter_gives_its_time_back,
     );
 }
 
@@ -48,5 +49,6 @@ mod redis {
         shadow_quotas_never_reject,
         unknown_tools_are_allowed_or_denied,
         waiters_sleep_until_their_reserved_time,
+        a_cancelled_waiter_gives_its_time_back,
     );
 }

@@ -359,6 +359,36 @@ pub async fn waiters_sleep_until_their_reserved_time<F: Factory>(f: &F) {
     assert_eq!(<F::B as Backend>::waited(&second), 100 * MS);
 }
 
+/// A waiter that leaves before its time gives its reservation back.
+pub async fn a_cancelled_waiter_gives_its_time_back<F: Factory>(f: &F) {
+    let b = f
+        .make("[tools.w]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"")
+        .await;
+    let first = b.admit(&Call::new("w")).await.expect("immediate");
+    let waiter = Call::new("w");
+    tokio::select! {
+        r = b.admit(&waiter) => panic!("the waiter cannot be admitted before its time: {r:?}"),
+        () = async {
+            while b.clock().sleepers() == 0 {
+                tokio::time::sleep(MS).await;
+            }
+        } => {}
+    }
+    // The waiter is gone (its future dropped); its reserved slot at +100 ms is free.
+    b.settle().await;
+    b.clock().advance(100 * MS);
+    assert!(
+        b.try_admit(&Call::new("w")).await.is_ok(),
+        "the slot came back"
+    );
+    let no = b
+        .try_admit(&Call::new("w"))
+        .await
+        .expect_err("one per 100 ms");
+    assert_eq!(no.retry_after(), Some(100 * MS));
+    drop(first);
+}
+
 /// Instantiates every case for one factory expression.
 #[macro_export]
 macro_rules! semantic_suite {
@@ -386,4 +416,5 @@ pub async fn all<F: Factory>(f: &F) {
     shadow_quotas_never_reject(f).await;
     unknown_tools_are_allowed_or_denied(f).await;
     waiters_sleep_until_their_reserved_time(f).await;
+    a_cancelled_waiter_gives_its_time_back(f).await;
 }
