@@ -82,6 +82,9 @@ pub(crate) enum Held {
 
 impl RedisPermit {
     pub(crate) fn new(tool: Option<Arc<str>>, held: Held, waited: Duration) -> Self {
+        if let Some(t) = &tool {
+            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).increment(1.0);
+        }
         Self {
             tool,
             held,
@@ -91,6 +94,10 @@ impl RedisPermit {
     }
 
     pub(crate) fn with_waited(mut self, waited: Duration) -> Self {
+        if let Some(t) = &self.tool {
+            metrics::histogram!("toolgate_wait_seconds", "tool" => t.to_string())
+                .record(waited.as_secs_f64());
+        }
         self.waited = waited;
         self
     }
@@ -126,6 +133,7 @@ impl RedisPermit {
     /// token difference is not applied.
     pub async fn complete(mut self, completion: Completion) -> Result<(), StoreError> {
         self.done = true;
+        self.leave();
         match std::mem::replace(&mut self.held, Held::Unaccounted) {
             Held::Remote {
                 gate,
@@ -147,6 +155,15 @@ impl RedisPermit {
     }
 }
 
+impl RedisPermit {
+    /// The call is no longer in flight.
+    fn leave(&self) {
+        if let Some(t) = &self.tool {
+            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).decrement(1.0);
+        }
+    }
+}
+
 fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
     let delta = i128::from(actual) - i128::from(t.estimate);
     (delta != 0).then(|| Op::Bucket {
@@ -162,6 +179,7 @@ impl Drop for RedisPermit {
         if self.done {
             return;
         }
+        self.leave();
         if let Held::Remote { gate, leases, .. } = &mut self.held {
             if !leases.is_empty() {
                 gate.release_in_background(std::mem::take(leases));
