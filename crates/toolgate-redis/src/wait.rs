@@ -44,6 +44,7 @@ impl Inner {
         };
         let start = tokio::time::Instant::now();
         let mut poll = Duration::from_millis(5);
+        let mut polled = false;
         loop {
             let left = max_wait.saturating_sub(start.elapsed());
             let left_us = i64::try_from(left.as_micros()).unwrap_or(i64::MAX);
@@ -51,7 +52,10 @@ impl Inner {
                 Err(r) if r.reason() == Reason::ConcurrencyLimited && !left.is_zero() => {
                     tokio::time::sleep(poll.min(left)).await;
                     poll = (poll * 2).min(Duration::from_millis(50));
+                    polled = true;
                 }
+                // Time spent polling for a concurrency slot counts as waiting too.
+                Ok(p) if polled => return Ok(p.with_waited(start.elapsed())),
                 other => return other,
             }
         }

@@ -136,3 +136,37 @@ async fn a_call_touches_keys_of_one_hash_tag_only() {
     );
     drop(permit);
 }
+
+/// Waiting for a concurrency slot across processes polls until `max_wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_a_concurrency_slot_polls_until_its_max_wait() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f
+        .make("[tools.c]\nconcurrency = 1\non_limit = \"wait\"\nmax_wait = \"2s\"")
+        .await;
+    let held = b.admit(&Call::new("c")).await.expect("free");
+    let t0 = std::time::Instant::now();
+    let no = b
+        .admit(&Call::new("c").max_wait(Duration::from_millis(60)))
+        .await
+        .expect_err("never freed in time");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(60),
+        "{:?}",
+        t0.elapsed()
+    );
+    let call = Call::new("c");
+    let (second, ()) = tokio::join!(b.admit(&call), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.complete(held, toolgate::Completion::success()).await;
+    });
+    let second = second.expect("admitted once the slot was released");
+    assert!(
+        second.waited() >= Duration::from_millis(100),
+        "{:?}",
+        second.waited()
+    );
+}
