@@ -1,0 +1,207 @@
+//! Admitting several calls at once (a plan), and building permits from an admission.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::config::OnStoreError;
+use toolgate::{Call, Reason, Rejection};
+
+use crate::permit::{Held, Op, RedisPermit, TokenHold};
+use crate::plan::{denial, live, merge, plan, Step};
+use crate::quota::{CostOf, Params, RQuota, RTool};
+use crate::script::Reply;
+use crate::store::Inner;
+
+// === impl Inner ===
+
+impl Inner {
+    /// The permits of admitted calls: `split[i]` is call i's steps (`None` tool: an
+    /// unknown tool); `merged` the steps the script ran.
+    pub(crate) fn admitted(
+        self: &Arc<Self>,
+        tools: &[Option<Arc<RTool>>],
+        split: &[(usize, &[Step])],
+        merged: &[Step],
+        id: &Arc<str>,
+        reply: Reply,
+    ) -> Vec<Option<RedisPermit>> {
+        let Reply::Admitted {
+            shadow_ok,
+            shadow_blame,
+            ..
+        } = reply
+        else {
+            return Vec::new();
+        };
+        if shadow_blame > 0 {
+            let q = &live(merged)[shadow_blame - 1].quota;
+            shadow_rejected(tools, q);
+        }
+        // Members handed out so far per merged concurrency key.
+        let mut next_member: Vec<u64> = vec![1; merged.len()];
+        let mut out = Vec::with_capacity(tools.len());
+        for (tool, (_, steps)) in tools.iter().zip(split) {
+            let Some(tool) = tool else {
+                out.push(Some(RedisPermit::new(
+                    None,
+                    Held::Unaccounted,
+                    Duration::ZERO,
+                )));
+                continue;
+            };
+            let mut leases = Vec::new();
+            let mut tokens = Vec::new();
+            for s in steps.iter().filter(|s| !s.quota.shadow || shadow_ok) {
+                if let (Params::Concurrency { .. }, true) = (s.quota.params, s.cost > 0) {
+                    let m = merged.iter().position(|x| x.key == s.key).unwrap_or(0);
+                    let from = next_member[m];
+                    next_member[m] += s.cost;
+                    leases.push(Op::Members {
+                        key: s.key.clone(),
+                        id: id.clone(),
+                        from,
+                        to: from + s.cost - 1,
+                    });
+                }
+                if let (Params::Bucket { pq, pr, den, .. }, CostOf::Tokens) =
+                    (s.quota.params, s.quota.cost_of)
+                {
+                    tokens.push(TokenHold {
+                        key: s.key.clone(),
+                        params: [pq, pr, den],
+                        estimate: s.cost,
+                    });
+                }
+            }
+            let held = Held::Remote {
+                gate: self.clone(),
+                leases,
+                tokens,
+            };
+            out.push(Some(RedisPermit::new(
+                Some(tool.name.clone()),
+                held,
+                Duration::ZERO,
+            )));
+        }
+        out
+    }
+
+    pub(crate) async fn admit_all(
+        self: &Arc<Self>,
+        calls: &[Call<'_>],
+    ) -> Result<Vec<RedisPermit>, Rejection> {
+        let mut tools = Vec::with_capacity(calls.len());
+        let mut plans = Vec::with_capacity(calls.len());
+        for call in calls {
+            match self.resolve(call)? {
+                Some((tool, info)) => {
+                    plans.push(plan(&tool, &info)?);
+                    tools.push(Some(tool));
+                }
+                None => {
+                    plans.push(Vec::new());
+                    tools.push(None);
+                }
+            }
+        }
+        let merged = merge(&plans);
+        let owner = |key: &str| {
+            let i = plans
+                .iter()
+                .position(|p| p.iter().any(|s| s.key == key))
+                .unwrap_or(0);
+            tools.get(i).cloned().flatten()
+        };
+        let name_of = |key: &str| owner(key).map_or_else(|| Arc::from(""), |t| t.name.clone());
+        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.params.capacity()) {
+            let r = Rejection::new(
+                name_of(&s.key),
+                &*s.quota.path,
+                Reason::CostExceedsCapacity,
+                None,
+            );
+            return Err(r);
+        }
+        let first = tools.iter().flatten().next().cloned();
+        let Some(first) = first else {
+            return Ok(calls
+                .iter()
+                .map(|_| RedisPermit::new(None, Held::Unaccounted, Duration::ZERO))
+                .collect());
+        };
+        let degraded = |this: &Arc<Self>| this.degraded_all(&first, calls);
+        if self.down.load(Ordering::Acquire) {
+            return degraded(self);
+        }
+        let id: Arc<str> = self.ids.next().into();
+        match self.run_admit(&merged, &id, -1).await {
+            Ok(Reply::Denied { blame, code, retry }) => {
+                let s = live(&merged)[blame - 1];
+                Err(denial(&name_of(&s.key), &s.quota, code, retry))
+            }
+            Ok(reply) => {
+                let split: Vec<(usize, &[Step])> = plans
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (i, p.as_slice()))
+                    .collect();
+                Ok(self
+                    .admitted(&tools, &split, &merged, &id, reply)
+                    .into_iter()
+                    .flatten()
+                    .collect())
+            }
+            Err(e) => {
+                self.failed(&e);
+                degraded(self)
+            }
+        }
+    }
+
+    pub(crate) fn degraded_all(
+        &self,
+        first: &RTool,
+        calls: &[Call<'_>],
+    ) -> Result<Vec<RedisPermit>, Rejection> {
+        match (self.on_error, &self.fallback) {
+            (OnStoreError::FailOpen, _) => Ok(calls
+                .iter()
+                .map(|c| {
+                    RedisPermit::new(
+                        Some(c.tool_name().into()),
+                        Held::Unaccounted,
+                        Duration::ZERO,
+                    )
+                })
+                .collect()),
+            (OnStoreError::Local, Some(engine)) => Ok(engine
+                .try_admit_all(calls)?
+                .into_iter()
+                .zip(calls)
+                .map(|(p, c)| {
+                    RedisPermit::new(Some(c.tool_name().into()), Held::Local(p), Duration::ZERO)
+                })
+                .collect()),
+            _ => Err(Rejection::new(
+                &*first.name,
+                "store",
+                Reason::CircuitOpen,
+                None,
+            )),
+        }
+    }
+}
+
+fn shadow_rejected(tools: &[Option<Arc<RTool>>], q: &RQuota) {
+    let tool = tools.iter().flatten().next().map_or("", |t| &*t.name);
+    tracing::info!(tool, quota = &*q.path, reason = %q.reason(), "shadow quota would have rejected");
+    metrics::counter!(
+        "toolgate_admissions_total",
+        "tool" => tool.to_string(),
+        "decision" => "shadow_rejected",
+        "reason" => q.reason().as_str()
+    )
+    .increment(1);
+}

@@ -1,0 +1,95 @@
+//! `on_store_error = "local"`: an in-process engine holding `local_share` of every
+//! quota, used while Redis does not answer.
+//!
+//! Why a share: while Redis is unreachable every process decides alone, so each may
+//! only spend its share of the shared quota. With `local_share = 1 / processes`, the
+//! processes together stay within the quota; with more processes than that, they can
+//! over-admit by the ratio. Counts round down, but never below 1.
+
+use toolgate::config::{Config, QuotaConfig, Rate};
+use toolgate::Policy;
+
+use crate::error::StoreError;
+
+/// `config` with every quota scaled by `share` (and no store), as a policy.
+///
+/// # Errors
+///
+/// When the scaled config does not validate (it always should).
+pub(crate) fn scaled_policy(config: &Config, share: f64) -> Result<Policy, StoreError> {
+    let mut c = config.clone();
+    c.store = None;
+    for q in c.pools.values_mut() {
+        scale_quota(q, share);
+    }
+    for t in c.tools.values_mut() {
+        scale_quota(&mut t.quota, share);
+    }
+    Policy::new(c).map_err(|e| StoreError::Config {
+        key: "local_share",
+        message: format!("the scaled local policy is invalid: {e}"),
+    })
+}
+
+fn scale_quota(q: &mut QuotaConfig, share: f64) {
+    if let Some(rate) = q.rate {
+        q.burst = Some(scale(q.burst.unwrap_or(rate.count()), share));
+        q.rate = Some(scale_rate(rate, share));
+    }
+    if let Some(tokens) = q.tokens {
+        q.tokens_burst = Some(scale(q.tokens_burst.unwrap_or(tokens.count()), share));
+        q.tokens = Some(scale_rate(tokens, share));
+    }
+    if let Some(k) = q.concurrency {
+        let scaled = scale(u64::from(k), share);
+        q.concurrency = Some(u32::try_from(scaled).unwrap_or(k));
+    }
+}
+
+fn scale_rate(rate: Rate, share: f64) -> Rate {
+    Rate::try_new(scale(rate.count(), share), rate.period()).unwrap_or(rate)
+}
+
+/// `n × share`, rounded down, at least 1.
+fn scale(n: u64, share: f64) -> u64 {
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let scaled = (n as f64 * share).floor() as u64;
+    scaled.clamp(1, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_quota_is_scaled_down_but_never_to_zero() {
+        let config = Config::from_toml_str(
+            r#"
+            [pools.crm]
+            rate = "100/min"
+            burst = 20
+            [tools.t]
+            rate = "50/s"
+            tokens = "40000/min"
+            concurrency = 4
+            pools = ["crm"]
+            "#,
+        )
+        .expect("valid");
+        let p = scaled_policy(&config, 0.1).expect("valid");
+        let t = &p.tools["t"].quota;
+        assert_eq!(t.rate.map(|r| r.count()), Some(5));
+        assert_eq!(t.burst, Some(5));
+        assert_eq!(t.tokens.map(|r| r.count()), Some(4000));
+        assert_eq!(t.concurrency, Some(1));
+        let crm = &p.pools["crm"];
+        assert_eq!(
+            (crm.rate.map(|r| r.count()), crm.burst),
+            (Some(10), Some(2))
+        );
+    }
+}

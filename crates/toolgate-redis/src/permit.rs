@@ -1,0 +1,199 @@
+//! The permit of a call admitted through Redis, and what it gives back.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::{Completion, Permit};
+
+use crate::error::StoreError;
+use crate::store::Inner;
+
+/// Who decided an admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The shared quotas in Redis.
+    Redis,
+    /// The in-process fallback (`on_store_error = "local"`) while Redis did not answer.
+    Local,
+    /// A local grant: capacity this process took from Redis in a batch
+    /// (`local_grant`).
+    Grant,
+    /// Nobody: the tool has no policy, or Redis did not answer and
+    /// `on_store_error = "fail_open"`.
+    Unaccounted,
+}
+
+/// A change to give back to Redis when a call ends or a waiter leaves.
+#[derive(Debug, Clone)]
+pub(crate) enum Op {
+    /// Remove members `id:from ..= id:to` of a sorted set (leases, sliding entries).
+    Members {
+        key: String,
+        id: Arc<str>,
+        from: u64,
+        to: u64,
+    },
+    /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket; `at >= 0` also
+    /// clears its last-reserved mark if it is `at`.
+    Bucket {
+        key: String,
+        params: [u64; 3],
+        delta: i128,
+        at: i64,
+    },
+}
+
+/// A token estimate held until the call completes.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenHold {
+    pub(crate) key: String,
+    pub(crate) params: [u64; 3],
+    pub(crate) estimate: u64,
+}
+
+/// Proof that a call was admitted by a [`crate::RedisGate`].
+///
+/// Complete it with [`RedisPermit::complete`] when the call ends, to release its
+/// concurrency leases and reconcile its token estimate against the actual count.
+/// Dropping it without completing releases its leases in a spawned task (best effort:
+/// if that fails, the leases expire after the gate's lease TTL).
+#[must_use = "a permit releases its quota when dropped"]
+pub struct RedisPermit {
+    tool: Option<Arc<str>>,
+    held: Held,
+    waited: Duration,
+    done: bool,
+}
+
+pub(crate) enum Held {
+    Remote {
+        gate: Arc<Inner>,
+        leases: Vec<Op>,
+        tokens: Vec<TokenHold>,
+    },
+    Local(Permit),
+    Granted,
+    Unaccounted,
+}
+
+// === impl RedisPermit ===
+
+impl RedisPermit {
+    pub(crate) fn new(tool: Option<Arc<str>>, held: Held, waited: Duration) -> Self {
+        if let Some(t) = &tool {
+            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).increment(1.0);
+        }
+        Self {
+            tool,
+            held,
+            waited,
+            done: false,
+        }
+    }
+
+    pub(crate) fn with_waited(mut self, waited: Duration) -> Self {
+        if let Some(t) = &self.tool {
+            metrics::histogram!("toolgate_wait_seconds", "tool" => t.to_string())
+                .record(waited.as_secs_f64());
+        }
+        self.waited = waited;
+        self
+    }
+
+    /// The tool's name, or `None` for a tool without a policy.
+    pub fn tool(&self) -> Option<&str> {
+        self.tool.as_deref()
+    }
+
+    /// How long the call waited for admission.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Who decided the admission.
+    pub fn source(&self) -> Source {
+        match self.held {
+            Held::Remote { .. } => Source::Redis,
+            Held::Local(_) => Source::Local,
+            Held::Granted => Source::Grant,
+            Held::Unaccounted => Source::Unaccounted,
+        }
+    }
+
+    /// Ends the call: releases its concurrency leases and charges or refunds the
+    /// difference between its token estimate and `completion.tokens` (a refund never
+    /// lifts a bucket above its capacity). One round trip, bounded by the store's
+    /// timeout.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer: the leases then expire after the lease TTL and the
+    /// token difference is not applied.
+    pub async fn complete(mut self, completion: Completion) -> Result<(), StoreError> {
+        self.done = true;
+        self.leave();
+        match std::mem::replace(&mut self.held, Held::Unaccounted) {
+            Held::Remote {
+                gate,
+                leases,
+                tokens,
+            } => {
+                let mut ops = leases;
+                if let Some(actual) = completion.tokens {
+                    ops.extend(tokens.iter().filter_map(|t| reconcile(t, actual)));
+                }
+                gate.release(ops).await
+            }
+            Held::Local(p) => {
+                p.complete(completion);
+                Ok(())
+            }
+            Held::Granted | Held::Unaccounted => Ok(()),
+        }
+    }
+}
+
+impl RedisPermit {
+    /// The call is no longer in flight.
+    fn leave(&self) {
+        if let Some(t) = &self.tool {
+            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).decrement(1.0);
+        }
+    }
+}
+
+fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
+    let delta = i128::from(actual) - i128::from(t.estimate);
+    (delta != 0).then(|| Op::Bucket {
+        key: t.key.clone(),
+        params: t.params,
+        delta,
+        at: -1,
+    })
+}
+
+impl Drop for RedisPermit {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.leave();
+        if let Held::Remote { gate, leases, .. } = &mut self.held {
+            if !leases.is_empty() {
+                gate.release_in_background(std::mem::take(leases));
+            }
+        }
+    }
+}
+
+impl fmt::Debug for RedisPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisPermit")
+            .field("tool", &self.tool)
+            .field("source", &self.source())
+            .field("waited", &self.waited)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,72 @@
+-- release.lua: gives back what an admitted (or cancelled) call holds, and reconciles
+-- token estimates. Idempotent for members; never lifts a bucket above full.
+--
+-- KEYS[i]   state key of operation i (i = 1..n), all in one hash slot
+-- ARGV[1]   now in µs, or "" to read TIME
+-- ARGV[2]   n, the number of operations (= #KEYS)
+-- ARGV[3 + 6*(i-1) ...] for operation i, six values:
+--   "m", id, from, to, 0, 0         remove members id:from .. id:to of a sorted set
+--                                   (concurrency leases, or a cancelled sliding entry)
+--   "b", pq, pr, den, delta, at     a bucket: charge delta > 0 tokens at now, or refund
+--                                   -delta tokens (never above full); at >= 0 also
+--                                   clears the last-reserved mark if it is `at` (a
+--                                   cancelled reservation)
+-- Returns the number of operations applied.
+
+local n = tonumber(ARGV[2])
+assert(n and n >= 1 and #KEYS == n and #ARGV == 2 + 6 * n,
+  'release.lua: expected n >= 1 keys and 2 + 6n args')
+
+local function fmt(x) return string.format('%.0f', x) end
+
+local now = tonumber(ARGV[1])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+for i = 1, n do
+  local key, b = KEYS[i], 2 + 6 * (i - 1)
+  local op = ARGV[b + 1]
+  if op == 'm' then
+    local id, from, to = ARGV[b + 2], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+    local members = {}
+    for j = from, to do
+      members[#members + 1] = id .. ':' .. fmt(j)
+      if #members >= 1000 or j == to then
+        redis.call('ZREM', key, unpack(members))
+        members = {}
+      end
+    end
+    if redis.call('ZCARD', key) == 0 then redis.call('DEL', key) end
+  elseif op == 'b' then
+    local pq, pr, den = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+    local delta, at = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+    local s = redis.call('HMGET', key, 't', 'k', 'r')
+    local t, k, r = tonumber(s[1]) or now, tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    if k >= den then k = den - 1 end
+    local cost = math.abs(delta)
+    local rem = cost * pr
+    local cw, cr = cost * pq + math.floor(rem / den), rem % den
+    if delta > 0 then
+      if t < now then t = now; k = 0 end
+      t = t + cw; k = k + cr
+      if k >= den then k = k - den; t = t + 1 end
+    else
+      t = t - cw; k = k - cr
+      if k < 0 then k = k + den; t = t - 1 end
+      if t < now then t = now; k = 0 end
+    end
+    if at >= 0 and r == at then r = 0 end
+    local full = t + ((k > 0) and 1 or 0)
+    if full <= now and r <= now then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 't', fmt(t), 'k', fmt(k), 'r', fmt(r))
+      redis.call('PEXPIRE', key, fmt(math.ceil((math.max(full, r) - now) / 1000) + 1))
+    end
+  else
+    return redis.error_reply('release.lua: unknown operation ' .. tostring(op))
+  end
+end
+return n

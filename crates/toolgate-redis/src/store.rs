@@ -1,0 +1,459 @@
+//! [`RedisGate`]: admission against quotas kept in Redis, shared by every process
+//! that uses the same Redis and key prefix.
+//!
+//! One admission is one round trip: the call's quotas (tool, pools, tokens, tenant
+//! partitions) are resolved here, then `scripts/admit.lua` checks and charges all of
+//! them atomically on the server, on the server's clock. The answers are the core's
+//! values ([`Rejection`], [`Reason`]), computed by the same rules.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+use toolgate::config::{OnLimit, OnStoreError, StoreConfig, UnknownTools, MAX_WAIT_LIMIT};
+use toolgate::{Call, Clock, Engine, Policy, Reason, Rejection};
+
+use crate::call::CallInfo;
+use crate::conn::Conn;
+use crate::error::StoreError;
+use crate::fallback::scaled_policy;
+use crate::grant::Grants;
+use crate::permit::{Held, RedisPermit};
+use crate::plan::{denial, live, plan, Step};
+use crate::quota::{Compiled, RTool};
+use crate::script::Reply;
+
+/// The default lease TTL: a concurrency slot held longer is given back.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
+
+/// How often a store that stopped answering is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// Admission control on quotas shared through Redis.
+///
+/// Cheap to clone. Mirrors [`toolgate::Engine`]: [`RedisGate::try_admit`] never
+/// waits, [`RedisGate::admit`] waits as the tool's `on_limit` says,
+/// [`RedisGate::try_admit_all`] admits a plan all-or-nothing.
+#[derive(Debug, Clone)]
+pub struct RedisGate {
+    inner: Arc<Inner>,
+}
+
+/// Options of a [`RedisGate`] beyond the `[store]` section.
+#[derive(Debug)]
+pub struct Builder {
+    policy: Policy,
+    store: StoreConfig,
+    lease_ttl: Duration,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) conn: Conn,
+    pub(crate) compiled: Compiled,
+    pub(crate) policy: Policy,
+    pub(crate) timeout: Duration,
+    pub(crate) on_error: OnStoreError,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) clock: Option<Arc<dyn Clock>>,
+    pub(crate) fallback: Option<Engine>,
+    pub(crate) down: AtomicBool,
+    pub(crate) probing: AtomicBool,
+    pub(crate) ids: Ids,
+    pub(crate) admit_script: Script,
+    pub(crate) release_script: Script,
+    pub(crate) handle: tokio::runtime::Handle,
+    pub(crate) grants: Option<Grants>,
+}
+
+/// Unique admission ids: a per-process random prefix and a counter.
+#[derive(Debug)]
+pub(crate) struct Ids {
+    prefix: String,
+    next: AtomicU64,
+}
+
+// === impl Builder ===
+
+impl Builder {
+    /// How long a concurrency lease lives unless released (default 60 s): a crashed
+    /// process's in-flight calls are released after it.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Replaces Redis' clock by `clock` (whole µs of it): for deterministic tests
+    /// only. Every process sharing the quotas must then use the same clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Connects. A single server is connected lazily, so the gate starts even while
+    /// Redis is down (calls then take the `on_store_error` path).
+    ///
+    /// # Errors
+    ///
+    /// When the URL is not a Redis URL, the key prefix contains a brace, a quota
+    /// cannot be computed exactly in Redis ([`StoreError::Precision`]), or a cluster
+    /// cannot be reached.
+    pub async fn connect(self) -> Result<RedisGate, StoreError> {
+        let store = self.store;
+        if store.key_prefix.contains(['{', '}']) {
+            return Err(StoreError::Config {
+                key: "key_prefix",
+                message: format!(
+                    "{:?}: must not contain '{{' or '}}' (they would override the hash tags)",
+                    store.key_prefix
+                ),
+            });
+        }
+        if !store.url.starts_with("redis://") && !store.url.starts_with("rediss://") {
+            return Err(StoreError::Config {
+                key: "url",
+                message: format!("{:?}: expected a redis:// URL", store.url),
+            });
+        }
+        let compiled = Compiled::new(self.policy.config(), &store.key_prefix)?;
+        let fallback = match store.on_store_error {
+            OnStoreError::Local => {
+                let p = scaled_policy(self.policy.config(), store.local_share)?;
+                Some(match &self.clock {
+                    Some(c) => Engine::with_clock(p, c.clone()),
+                    None => Engine::new(p),
+                })
+            }
+            _ => None,
+        };
+        let conn = Conn::connect(&store.url, store.timeout).await?;
+        let inner = Inner {
+            conn,
+            compiled,
+            policy: self.policy,
+            timeout: store.timeout,
+            on_error: store.on_store_error,
+            lease_ttl: self.lease_ttl,
+            clock: self.clock,
+            fallback,
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            ids: Ids::new(),
+            admit_script: Script::new(include_str!("scripts/admit.lua")),
+            release_script: Script::new(include_str!("scripts/release.lua")),
+            handle: tokio::runtime::Handle::current(),
+            grants: Grants::new(store.local_grant),
+        };
+        Ok(RedisGate {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+// === impl RedisGate ===
+
+impl RedisGate {
+    /// Connects to the Redis of `store` with the default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect`].
+    pub async fn connect(policy: Policy, store: &StoreConfig) -> Result<Self, StoreError> {
+        Self::builder(policy, store.clone()).connect().await
+    }
+
+    /// A builder, for options beyond `[store]`.
+    pub fn builder(policy: Policy, store: StoreConfig) -> Builder {
+        Builder {
+            policy,
+            store,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            clock: None,
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Whether Redis is currently considered unreachable (calls take the
+    /// `on_store_error` path until a probe succeeds).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.down.load(Ordering::Acquire)
+    }
+
+    /// How many Redis Cluster slot groups the policy's quotas form.
+    pub fn slot_groups(&self) -> usize {
+        self.inner.compiled.groups
+    }
+
+    /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.
+    /// One round trip to Redis, never longer than the store's `timeout` (none at all
+    /// when served from a local grant, see `local_grant` in `docs/redis.md`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after the request was sent may leave the admission charged
+    /// in Redis without a permit: rate charges refill and concurrency leases expire
+    /// after the lease TTL.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`] naming the quota that said no; nothing was charged anywhere.
+    /// When Redis does not answer: under `fail_closed`, a rejection by the quota
+    /// `store` with reason `circuit_open`; under `local`, the fallback's decision.
+    pub async fn try_admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
+        let g = &self.inner;
+        let Some((tool, info)) = g.resolve(call)? else {
+            return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
+        };
+        let steps = plan(&tool, &info)?;
+        if let Some(p) = g.try_grant(&tool, &steps, info.count).await {
+            let result = Ok(p);
+            record(&tool.name, &result);
+            return result;
+        }
+        let result = g.decide(&tool, call, &steps, -1, false).await;
+        record(&tool.name, &result);
+        result
+    }
+
+    /// Admits `call`, waiting when the tool's `on_limit` is `"wait"` or the call sets
+    /// its own `max_wait`.
+    ///
+    /// The script reserves the earliest time every quota fits, unless that is more
+    /// than `max_wait` away (then `max_wait_exceeded` at once, with the predicted wait
+    /// as `retry_after`); the caller then sleeps until its reserved time. Reservations
+    /// are made in the order the scripts run on Redis, so admission times on a quota
+    /// are FIFO across processes in that order. A concurrency limit cannot be
+    /// predicted: a call blocked by one polls (5–50 ms) until its `max_wait` runs out,
+    /// then is rejected with `concurrency_limited` (no FIFO among those).
+    /// `queue_limit` counts the waiters of this process.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe as far as a network allows: dropping the future while it sleeps
+    /// gives its reservation back in a spawned round trip (bucket tokens refunded,
+    /// sliding entries and leases removed). Waiters behind it keep their reserved
+    /// times (they do not move up, unlike in-process).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was charged.
+    pub async fn admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
+        let g = &self.inner;
+        let Some((tool, info)) = g.resolve(call)? else {
+            return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
+        };
+        let steps = plan(&tool, &info)?;
+        let waits = tool.on_limit == OnLimit::Wait || info.max_wait.is_some();
+        let result = if waits {
+            let max_wait = info.max_wait.unwrap_or(tool.max_wait).min(MAX_WAIT_LIMIT);
+            g.wait(&tool, call, &steps, max_wait).await
+        } else {
+            g.decide(&tool, call, &steps, -1, false).await
+        };
+        record(&tool.name, &result);
+        result
+    }
+
+    /// Admits every call or none (a multi-step plan) in one round trip: quotas
+    /// shared by several calls are charged with their sum. Never waits. In a Redis
+    /// Cluster, the calls' tools must share one slot group.
+    ///
+    /// # Errors
+    ///
+    /// The rejection of the first quota that cannot fit; nothing was charged.
+    pub async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<RedisPermit>, Rejection> {
+        self.inner.admit_all(calls).await
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    /// The tool and fields of `call`; `None` for an unknown tool that is allowed.
+    pub(crate) fn resolve(
+        &self,
+        call: &Call<'_>,
+    ) -> Result<Option<(Arc<RTool>, CallInfo)>, Rejection> {
+        let Some(tool) = self.compiled.tools.get(call.tool_name()) else {
+            return match self.compiled.unknown {
+                UnknownTools::Deny => Err(Rejection::new(
+                    call.tool_name(),
+                    "unknown_tools",
+                    Reason::UnknownTool,
+                    None,
+                )),
+                _ => Ok(None),
+            };
+        };
+        let info = CallInfo::read(call).ok_or_else(|| {
+            tracing::error!(tool = call.tool_name(), "cannot read the call's fields");
+            Rejection::new(call.tool_name(), "store", Reason::CircuitOpen, None)
+        })?;
+        Ok(Some((tool.clone(), info)))
+    }
+
+    /// One decision round trip (`max_wait_us` < 0: now or never), or the
+    /// `on_store_error` path.
+    pub(crate) async fn decide(
+        self: &Arc<Self>,
+        tool: &Arc<RTool>,
+        call: &Call<'_>,
+        steps: &[Step],
+        max_wait_us: i64,
+        wait: bool,
+    ) -> Result<RedisPermit, Rejection> {
+        if self.down.load(Ordering::Acquire) {
+            return self.degraded(tool, call, wait).await;
+        }
+        let id: Arc<str> = self.ids.next().into();
+        match self.run_admit(steps, &id, max_wait_us).await {
+            Ok(Reply::Denied { blame, code, retry }) => Err(denial(
+                &tool.name,
+                &live(steps)[blame - 1].quota,
+                code,
+                retry,
+            )),
+            Ok(reply @ Reply::Admitted { .. }) => {
+                let split = [(0, steps)];
+                let mut permits = self.admitted(&[Some(tool.clone())], &split, steps, &id, reply);
+                let permit = permits.pop().flatten();
+                match permit {
+                    Some(p) => self.sleep_out(p, steps, &id, reply).await,
+                    None => Err(Rejection::new(
+                        &*tool.name,
+                        "store",
+                        Reason::CircuitOpen,
+                        None,
+                    )),
+                }
+            }
+            Err(e) => {
+                self.failed(&e);
+                self.degraded(tool, call, wait).await
+            }
+        }
+    }
+
+    /// The decision when Redis does not answer.
+    pub(crate) async fn degraded(
+        &self,
+        tool: &RTool,
+        call: &Call<'_>,
+        wait: bool,
+    ) -> Result<RedisPermit, Rejection> {
+        let name = Some(tool.name.clone());
+        match (self.on_error, &self.fallback) {
+            (OnStoreError::FailOpen, _) => {
+                Ok(RedisPermit::new(name, Held::Unaccounted, Duration::ZERO))
+            }
+            (OnStoreError::Local, Some(engine)) => {
+                let p = if wait {
+                    engine.admit(call).await?
+                } else {
+                    engine.try_admit(call)?
+                };
+                let waited = p.waited();
+                Ok(RedisPermit::new(name, Held::Local(p), waited))
+            }
+            _ => Err(Rejection::new(
+                &*tool.name,
+                "store",
+                Reason::CircuitOpen,
+                None,
+            )),
+        }
+    }
+
+    /// Marks the store down after an outage (not after a script or cluster error)
+    /// and starts probing it.
+    pub(crate) fn failed(self: &Arc<Self>, e: &StoreError) {
+        let outage = match e {
+            StoreError::Timeout { .. } => true,
+            StoreError::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_connection_refusal()
+                    || source.is_connection_dropped()
+                    || source.is_timeout()
+            }
+            _ => false,
+        };
+        tracing::warn!(error = %e, outage, "redis store error");
+        if !outage {
+            return;
+        }
+        self.down.store(true, Ordering::Release);
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        self.handle.spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                if me.conn.ping(me.timeout).await.is_ok() {
+                    me.down.store(false, Ordering::Release);
+                    me.probing.store(false, Ordering::Release);
+                    tracing::info!("redis store answers again");
+                    return;
+                }
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisGate")
+            .field("conn", &self.conn)
+            .field("timeout", &self.timeout)
+            .field("on_store_error", &self.on_error)
+            .field("degraded", &self.down.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+// === impl Ids ===
+
+impl Ids {
+    fn new() -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(
+            std::time::SystemTime::UNIX_EPOCH
+                .elapsed()
+                .map_or(0, |d| d.as_nanos()),
+        );
+        Self {
+            prefix: format!("{:012x}", h.finish() & 0xffff_ffff_ffff),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn next(&self) -> String {
+        format!(
+            "{}-{:x}",
+            self.prefix,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+}
+
+fn record(tool: &str, result: &Result<RedisPermit, Rejection>) {
+    let (decision, reason) = match result {
+        Ok(_) => ("admitted", ""),
+        Err(r) => ("rejected", r.reason().as_str()),
+    };
+    tracing::debug!(tool, decision, reason, "admission decision");
+    metrics::counter!(
+        "toolgate_admissions_total",
+        "tool" => tool.to_string(),
+        "decision" => decision,
+        "reason" => reason
+    )
+    .increment(1);
+}

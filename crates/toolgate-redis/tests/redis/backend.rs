@@ -1,0 +1,163 @@
+//! One semantic suite, several backends: the in-memory `Engine` and `RedisGate` (on
+//! one server or a cluster), all driven by a `ManualClock`.
+
+#![allow(async_fn_in_trait)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::{Call, Completion, Engine, ManualClock, Permit, Policy, Rejection};
+use toolgate_redis::{RedisGate, RedisPermit};
+
+use crate::support::{prefix, redis_available, store, RedisServer};
+
+/// Admission as the suite sees it.
+pub trait Backend: Clone + Send + Sync + 'static {
+    type Permit: Send + std::fmt::Debug + 'static;
+    async fn try_admit(&self, call: &Call<'_>) -> Result<Self::Permit, Rejection>;
+    async fn admit(&self, call: &Call<'_>) -> Result<Self::Permit, Rejection>;
+    async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Self::Permit>, Rejection>;
+    async fn complete(&self, permit: Self::Permit, completion: Completion);
+    /// Lets a dropped permit's release land (Redis releases in a spawned task).
+    async fn settle(&self);
+    fn waited(permit: &Self::Permit) -> Duration;
+    fn clock(&self) -> &ManualClock;
+}
+
+/// Makes a backend for a policy.
+pub trait Factory {
+    type B: Backend;
+    async fn make(&self, toml: &str) -> Self::B;
+}
+
+fn policy(toml: &str) -> Policy {
+    Policy::from_toml_str(toml).expect("valid policy")
+}
+
+// === memory ===
+
+#[derive(Debug, Clone)]
+pub struct Memory {
+    engine: Engine,
+    clock: ManualClock,
+}
+
+#[derive(Debug, Default)]
+pub struct MemoryFactory;
+
+impl Factory for MemoryFactory {
+    type B = Memory;
+    async fn make(&self, toml: &str) -> Memory {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(1000));
+        let engine = Engine::with_clock(policy(toml), Arc::new(clock.clone()));
+        Memory { engine, clock }
+    }
+}
+
+impl Backend for Memory {
+    type Permit = Permit;
+    async fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        self.engine.try_admit(call)
+    }
+    async fn admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        self.engine.admit(call).await
+    }
+    async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
+        self.engine.try_admit_all(calls)
+    }
+    async fn complete(&self, permit: Permit, completion: Completion) {
+        permit.complete(completion);
+    }
+    async fn settle(&self) {}
+    fn waited(permit: &Permit) -> Duration {
+        permit.waited()
+    }
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+}
+
+// === redis ===
+
+#[derive(Debug, Clone)]
+pub struct Redis {
+    pub gate: RedisGate,
+    clock: ManualClock,
+}
+
+/// Gates on one Redis (a server or a cluster), each with its own key prefix.
+#[derive(Debug)]
+pub struct RedisFactory {
+    pub url: String,
+    pub lease_ttl: Duration,
+    seq: AtomicU64,
+    /// The server, when this factory started it.
+    pub server: Option<RedisServer>,
+}
+
+impl RedisFactory {
+    pub fn new(url: String) -> Self {
+        Self {
+            url,
+            lease_ttl: Duration::from_secs(60),
+            seq: AtomicU64::new(0),
+            server: None,
+        }
+    }
+
+    /// A factory on a fresh server of its own; `None` when Redis tests are skipped.
+    pub fn local() -> Option<Self> {
+        if !redis_available() {
+            return None;
+        }
+        let server = RedisServer::start();
+        let mut f = Self::new(server.url());
+        f.server = Some(server);
+        Some(f)
+    }
+}
+
+impl Factory for RedisFactory {
+    type B = Redis;
+    async fn make(&self, toml: &str) -> Redis {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(1000));
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        // Semantics, not timeouts, are tested here: a generous timeout for loaded CI.
+        let store = store(&self.url, &prefix(&format!("suite{n}")), "timeout = \"5s\"");
+        let gate = RedisGate::builder(policy(toml), store)
+            .clock(Arc::new(clock.clone()))
+            .lease_ttl(self.lease_ttl)
+            .connect()
+            .await
+            .expect("connect");
+        Redis { gate, clock }
+    }
+}
+
+impl Backend for Redis {
+    type Permit = RedisPermit;
+    async fn try_admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
+        self.gate.try_admit(call).await
+    }
+    async fn admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
+        self.gate.admit(call).await
+    }
+    async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<RedisPermit>, Rejection> {
+        self.gate.try_admit_all(calls).await
+    }
+    async fn complete(&self, permit: RedisPermit, completion: Completion) {
+        permit.complete(completion).await.expect("release");
+    }
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fn waited(permit: &RedisPermit) -> Duration {
+        permit.waited()
+    }
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+}

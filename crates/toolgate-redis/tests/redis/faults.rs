@@ -1,0 +1,178 @@
+//! Faults: Redis killed and restarted, Redis hung (SIGSTOP). In every
+//! `on_store_error` mode: the mode's documented decision, no call past the timeout,
+//! admission back on Redis within 1 s of the restart, and no quota left over-charged.
+
+use std::time::{Duration, Instant};
+
+use toolgate::{Call, Completion, Policy, Reason};
+use toolgate_redis::{RedisGate, RedisPermit, Source};
+
+use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// Scheduling slack on a shared 2-core machine.
+const SLACK: Duration = Duration::from_millis(75);
+const LEASE_TTL: Duration = Duration::from_millis(1500);
+const POLICY: &str =
+    "[tools.t]\nrate = \"100/s\"\nburst = 10\nconcurrency = 4\n[tools.warm]\nrate = \"1000/s\"";
+
+async fn gate(server: &RedisServer, mode: &str) -> RedisGate {
+    let extra = format!("on_store_error = {mode:?}\nlocal_share = 0.5\ntimeout = \"50ms\"");
+    let store = store(&server.url(), &prefix(&format!("faults-{mode}")), &extra);
+    let gate = RedisGate::builder(Policy::from_toml_str(POLICY).expect("valid"), store)
+        .lease_ttl(LEASE_TTL)
+        .connect()
+        .await
+        .expect("connect");
+    // Connect and load the script before anything is timed.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        match gate.try_admit(&Call::new("warm")).await {
+            Ok(p) if p.source() == Source::Redis => return gate,
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    panic!("the gate never reached Redis");
+}
+
+/// One call, which must not take longer than the timeout.
+async fn timed(gate: &RedisGate) -> Result<RedisPermit, toolgate::Rejection> {
+    let t0 = Instant::now();
+    let r = gate.try_admit(&Call::new("t")).await;
+    let took = t0.elapsed();
+    assert!(took <= TIMEOUT + SLACK, "a call took {took:?}");
+    r
+}
+
+/// Checks the mode's decision while Redis is unavailable; returns calls admitted.
+fn check_degraded(mode: &str, r: Result<RedisPermit, toolgate::Rejection>) -> u64 {
+    match (mode, r) {
+        ("fail_closed", Err(no)) => {
+            assert_eq!((no.reason(), no.quota()), (Reason::CircuitOpen, "store"));
+            0
+        }
+        ("fail_open", Ok(p)) => {
+            assert_eq!(p.source(), Source::Unaccounted);
+            1
+        }
+        ("local", Ok(p)) => {
+            assert_eq!(p.source(), Source::Local);
+            1
+        }
+        ("local", Err(no)) => {
+            assert_eq!(no.quota(), "tools.t.rate", "the local share says no");
+            0
+        }
+        (mode, other) => panic!("{mode}: unexpected {other:?}"),
+    }
+}
+
+/// Waits until a call is decided by Redis again; returns how long that took.
+async fn recovery(gate: &RedisGate) -> Duration {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        match timed(gate).await {
+            Ok(p) if p.source() == Source::Redis => return t0.elapsed(),
+            Err(no) if no.quota() != "store" && no.quota() != "tools.t.rate" => {
+                return t0.elapsed()
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    panic!("admission did not come back to Redis within 3 s");
+}
+
+async fn killed_and_restarted(mode: &str) {
+    let mut server = RedisServer::start();
+    let gate = gate(&server, mode).await;
+    let held = timed(&gate).await.expect("healthy");
+    assert_eq!(held.source(), Source::Redis);
+    server.kill();
+    let t0 = Instant::now();
+    let mut admitted = 0;
+    for _ in 0..30 {
+        admitted += check_degraded(mode, timed(&gate).await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let down_for = t0.elapsed().as_secs_f64();
+    if mode == "local" {
+        // Half the quota: burst 5, 50/s.
+        let max = 5.0 + 50.0 * down_for;
+        assert!(
+            admitted >= 5 && f64::from(u32::try_from(admitted).unwrap_or(0)) <= max,
+            "{admitted} > {max}"
+        );
+    }
+    let t0 = Instant::now();
+    assert!(
+        held.complete(Completion::success()).await.is_err(),
+        "Redis is down"
+    );
+    assert!(t0.elapsed() <= TIMEOUT + SLACK);
+    server.restart();
+    let took = recovery(&gate).await;
+    assert!(took <= Duration::from_secs(1), "recovered after {took:?}");
+    // Nothing left over-charged: the full burst and every concurrency slot.
+    let permits = full_capacity(&gate).await;
+    assert_eq!(permits.len(), 4);
+}
+
+/// Admits as many as the quota allows now, from Redis.
+async fn full_capacity(gate: &RedisGate) -> Vec<RedisPermit> {
+    let mut permits = Vec::new();
+    while let Ok(p) = gate.try_admit(&Call::new("t")).await {
+        assert_eq!(p.source(), Source::Redis);
+        permits.push(p);
+    }
+    permits
+}
+
+async fn hung_and_resumed(mode: &str) {
+    let server = RedisServer::start();
+    let gate = gate(&server, mode).await;
+    let held = full_capacity(&gate).await;
+    assert_eq!(held.len(), 4);
+    server.pause(true);
+    for _ in 0..10 {
+        check_degraded(mode, timed(&gate).await);
+    }
+    for p in held {
+        let t0 = Instant::now();
+        let _ = p.complete(Completion::success()).await;
+        assert!(t0.elapsed() <= TIMEOUT + SLACK);
+    }
+    server.pause(false);
+    let took = recovery(&gate).await;
+    assert!(took <= Duration::from_secs(1), "recovered after {took:?}");
+    // Whatever the hang left behind (releases lost, timed-out admissions applied
+    // late) is gone once the leases' TTL has passed.
+    tokio::time::sleep(LEASE_TTL).await;
+    assert_eq!(full_capacity(&gate).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_rejects_while_redis_is_down() {
+    if redis_available() {
+        let _heavy = HEAVY.lock().await;
+        killed_and_restarted("fail_closed").await;
+        hung_and_resumed("fail_closed").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_admits_while_redis_is_down() {
+    if redis_available() {
+        let _heavy = HEAVY.lock().await;
+        killed_and_restarted("fail_open").await;
+        hung_and_resumed("fail_open").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_uses_its_share_while_redis_is_down() {
+    if redis_available() {
+        let _heavy = HEAVY.lock().await;
+        killed_and_restarted("local").await;
+        hung_and_resumed("local").await;
+    }
+}

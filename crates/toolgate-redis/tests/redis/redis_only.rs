@@ -1,0 +1,172 @@
+//! Redis-specific behaviour: leases with a TTL, script reloading, Redis' µs clock,
+//! configuration errors.
+
+use std::time::Duration;
+
+use toolgate::{Call, Clock, ManualClock, Policy, Reason};
+use toolgate_redis::{RedisGate, Source, StoreError};
+
+use crate::backend::{Backend, Factory, RedisFactory};
+use crate::support::{prefix, redis_available, store, RedisServer};
+
+/// A crashed process's in-flight calls are released when their leases expire.
+#[tokio::test]
+async fn a_lost_lease_expires_after_its_ttl() {
+    let Some(mut f) = RedisFactory::local() else {
+        return;
+    };
+    f.lease_ttl = Duration::from_secs(2);
+    let b = f.make("[tools.c]\nconcurrency = 1").await;
+    let p = b.try_admit(&Call::new("c")).await.expect("free");
+    assert_eq!(p.source(), Source::Redis);
+    std::mem::forget(p); // as if the process died: no release ever comes
+    b.clock().advance(Duration::from_millis(1999));
+    let no = b
+        .try_admit(&Call::new("c"))
+        .await
+        .expect_err("still leased");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    b.clock().advance(Duration::from_millis(1));
+    assert!(b.try_admit(&Call::new("c")).await.is_ok(), "lease expired");
+}
+
+/// EVALSHA falls back to loading the script when Redis has forgotten it.
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f.make("[tools.t]\nrate = \"10/s\"").await;
+    assert!(b.try_admit(&Call::new("t")).await.is_ok());
+    let server = f.server.as_ref().expect("own server");
+    let _: String = server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(b.try_admit(&Call::new("t")).await.is_ok());
+    assert!(!b.gate.is_degraded());
+}
+
+/// Rates that are not whole µs per request stay exact: fractions of a µs accumulate
+/// (admission times round up to Redis' whole µs).
+#[tokio::test]
+async fn a_third_of_a_second_is_exact_to_the_microsecond() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f.make("[tools.t]\nrate = \"3/s\"\nburst = 3").await;
+    let t = Call::new("t");
+    for _ in 0..3 {
+        assert!(b.try_admit(&t).await.is_ok());
+    }
+    let no = b.try_admit(&t).await.expect_err("empty");
+    assert_eq!(no.retry_after(), Some(Duration::from_micros(333_334)));
+    // Tokens come back at 333 333⅓, 666 666⅔ and exactly 1 000 000 µs.
+    b.clock().advance(Duration::from_micros(999_999));
+    assert!(b.try_admit(&t).await.is_ok());
+    assert!(b.try_admit(&t).await.is_ok());
+    let no = b.try_admit(&t).await.expect_err("third not yet");
+    assert_eq!(no.retry_after(), Some(Duration::from_micros(1)));
+    b.clock().advance(Duration::from_micros(1));
+    assert!(b.try_admit(&t).await.is_ok());
+    let clock: &ManualClock = b.clock();
+    assert_eq!(clock.now(), 1_001_000_000_000);
+}
+
+/// A policy whose arithmetic would not be exact in Lua is refused at connect, with
+/// its path; so is a key prefix that would break hash tags.
+#[tokio::test]
+async fn inexact_quotas_and_braced_prefixes_are_refused() {
+    if !redis_available() {
+        return;
+    }
+    let url = "redis://127.0.0.1:1";
+    let policy = Policy::from_toml_str("[tools.x]\nrate = \"1000003/s\"\nburst = 10000000000")
+        .expect("valid for the core");
+    let err = RedisGate::connect(policy, &store(url, "p:", ""))
+        .await
+        .expect_err("inexact");
+    assert!(matches!(err, StoreError::Precision { .. }), "{err}");
+    assert!(err.to_string().starts_with("tools.x.rate: "), "{err}");
+    let policy = Policy::from_toml_str("[tools.x]\nrate = \"1/s\"").expect("valid");
+    let err = RedisGate::connect(policy, &store(url, "a{b}:", ""))
+        .await
+        .expect_err("braces");
+    assert_eq!(
+        err.to_string(),
+        "store.key_prefix: \"a{b}:\": must not contain '{' or '}' (they would override the hash tags)"
+    );
+}
+
+/// Keys carry the slot group's hash tag, so a tool and its pools share a slot.
+#[tokio::test]
+async fn a_call_touches_keys_of_one_hash_tag_only() {
+    if !redis_available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let p = prefix("tags");
+    let policy = Policy::from_toml_str(
+        "[pools.crm]\nrate = \"5/s\"\n[tools.a]\nrate = \"1/s\"\nconcurrency = 2\npools = [\"crm\"]\npartition = \"tenant\"",
+    )
+    .expect("valid");
+    let gate = RedisGate::connect(policy, &store(&server.url(), &p, ""))
+        .await
+        .expect("connect");
+    let permit = gate
+        .try_admit(&Call::new("a").tenant("acme"))
+        .await
+        .expect("admitted");
+    let mut keys = server.keys(&p);
+    keys.sort();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    let tags: Vec<&str> = keys
+        .iter()
+        .map(|k| &k[k.find('{').unwrap_or(0)..=k.find('}').unwrap_or(0)])
+        .collect();
+    assert!(
+        tags.iter().all(|t| *t == tags[0] && t.len() == 18),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().any(|k| k.ends_with("b:14:pools.crm.rate")),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter()
+            .any(|k| k.ends_with("c:19:tools.a.concurrency:acme")),
+        "{keys:?}"
+    );
+    drop(permit);
+}
+
+/// Waiting for a concurrency slot across processes polls until `max_wait`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_for_a_concurrency_slot_polls_until_its_max_wait() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f
+        .make("[tools.c]\nconcurrency = 1\non_limit = \"wait\"\nmax_wait = \"2s\"")
+        .await;
+    let held = b.admit(&Call::new("c")).await.expect("free");
+    let t0 = std::time::Instant::now();
+    let no = b
+        .admit(&Call::new("c").max_wait(Duration::from_millis(60)))
+        .await
+        .expect_err("never freed in time");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(60),
+        "{:?}",
+        t0.elapsed()
+    );
+    let call = Call::new("c");
+    let (second, ()) = tokio::join!(b.admit(&call), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        b.complete(held, toolgate::Completion::success()).await;
+    });
+    let second = second.expect("admitted once the slot was released");
+    assert!(
+        second.waited() >= Duration::from_millis(100),
+        "{:?}",
+        second.waited()
+    );
+}
