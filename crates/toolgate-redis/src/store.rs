@@ -290,11 +290,7 @@ impl Inner {
                 _ => Ok(None),
             };
         };
-        let info = CallInfo::read(call).ok_or_else(|| {
-            tracing::error!(tool = call.tool_name(), "cannot read the call's fields");
-            Rejection::new(call.tool_name(), "store", Reason::CircuitOpen, None)
-        })?;
-        Ok(Some((tool.clone(), info)))
+        Ok(Some((tool.clone(), CallInfo::read(call))))
     }
 
     /// One decision round trip (`max_wait_us` < 0: now or never), or the
