@@ -35,10 +35,6 @@ log = logging.getLogger("toolgate")
 
 __all__ = ["Decision", "RateLimit", "ToolRateLimitPolicy", "rejection_result"]
 
-_PERMIT = Permit
-_WAITING = Waiting
-
-
 def _field_error(field: str, value: object, rule: str) -> ValueError:
     return ValueError(f"{field}: {value!r}: {rule}")
 
@@ -305,19 +301,18 @@ class ToolRateLimitPolicy:
         accounting exactly as if the call had never come.
         """
         r = self._engine.admit(tool, tenant, tokens, max_wait)
-        if type(r) is _WAITING:
-            r = await _wait(r)
-        self._report(tool, r, tenant)
-        return r  # type: ignore[return-value]
+        decided = await _wait(r) if isinstance(r, Waiting) else r
+        self._report(tool, decided, tenant)
+        return decided
 
     async def admit(
         self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
     ) -> Permit:
         """As :meth:`decide`, but raises :class:`AdmissionRejected` when rejected."""
         r = await self.decide(tool, tenant=tenant, tokens=tokens, max_wait=max_wait)
-        if type(r) is not _PERMIT:
-            raise AdmissionRejected.from_rejection(r)  # type: ignore[arg-type]
-        return r  # type: ignore[return-value]
+        if isinstance(r, Rejection):
+            raise AdmissionRejected.from_rejection(r)
+        return r
 
     def guard(
         self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
@@ -378,10 +373,10 @@ class ToolRateLimitPolicy:
 
     def _report(self, tool: str, r: Permit | Rejection, tenant: str | None) -> None:
         hook = self.on_decision
-        if type(r) is _PERMIT:
+        if isinstance(r, Permit):
             if hook is None and not log.isEnabledFor(logging.DEBUG):
                 return
-            waited = r.waited  # type: ignore[union-attr]
+            waited = r.waited
             d = Decision(tool, True, waited=waited, tenant=tenant)
             if waited:
                 log.debug("toolgate: %s admitted after waiting %.3fs", tool, waited)
@@ -390,7 +385,7 @@ class ToolRateLimitPolicy:
         else:
             if hook is None and not log.isEnabledFor(logging.INFO):
                 return
-            rej: Rejection = r  # type: ignore[assignment]
+            rej = r
             d = Decision(tool, False, reason=rej.reason, quota=rej.quota, retry_after=rej.retry_after, tenant=tenant)
             log.info(
                 "toolgate: %s rejected: %s by %s (retry_after=%s)", tool, rej.reason, rej.quota, rej.retry_after

@@ -28,7 +28,7 @@ from ._toolgate import Permit
 __all__ = ["AdmissionMiddleware"]
 
 
-class AdmissionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class AdmissionMiddleware(AgentMiddleware):
     """Admission control for every tool call of a LangChain agent."""
 
     def __init__(self, policy: ToolRateLimitPolicy) -> None:
@@ -47,13 +47,13 @@ class AdmissionMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return await handler(request)
         tenant = policy.tenant_of(request) if policy.tenant_of is not None else None
         r = await policy.decide(name, tenant=tenant)
-        if type(r) is not Permit:
+        if not isinstance(r, Permit):
             return ToolMessage(
-                content=rejection_result(r),  # type: ignore[arg-type]
+                content=rejection_result(r),
                 tool_call_id=call["id"],
                 name=name,
                 status="error",
-                artifact=r.to_dict(),  # type: ignore[union-attr]
+                artifact=r.to_dict(),
             )
         try:
             out = await handler(request)

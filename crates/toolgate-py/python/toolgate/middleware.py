@@ -50,8 +50,8 @@ async def process(policy: ToolRateLimitPolicy, context: Any, call_next: Callable
         from agent_framework import MiddlewareFailure
 
         raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
-    if type(decision) is not Permit:
-        context.result = rejection_result(decision)  # type: ignore[arg-type]
+    if not isinstance(decision, Permit):
+        context.result = rejection_result(decision)
         return
     try:
         await call_next()

@@ -46,10 +46,10 @@ def admission_guardrail(policy: ToolRateLimitPolicy) -> ToolInputGuardrail[Any]:
             return ToolGuardrailFunctionOutput.allow()
         tenant = policy.tenant_of(data.context) if policy.tenant_of is not None else None
         r = policy.try_admit(name, tenant=tenant)
-        if type(r) is Permit:
+        if isinstance(r, Permit):
             r.complete()
             return ToolGuardrailFunctionOutput.allow({"admitted": True})
-        return ToolGuardrailFunctionOutput.reject_content(rejection_result(r), output_info=r.to_dict())  # type: ignore[arg-type, union-attr]
+        return ToolGuardrailFunctionOutput.reject_content(rejection_result(r), output_info=r.to_dict())
 
     return toolgate_admission
 
@@ -65,8 +65,8 @@ def limit_tool(policy: ToolRateLimitPolicy, tool: FunctionTool) -> FunctionTool:
             return await invoke(ctx, arguments)
         tenant = policy.tenant_of(ctx) if policy.tenant_of is not None else None
         r = await policy.decide(name, tenant=tenant)
-        if type(r) is not Permit:
-            return rejection_result(r)  # type: ignore[arg-type]
+        if not isinstance(r, Permit):
+            return rejection_result(r)
         try:
             out = await invoke(ctx, arguments)
         except BaseException as e:
