@@ -18,6 +18,7 @@ use crate::waiting::{AdmitFuture, Step, Waiting};
 /// An admission engine with a fixed policy.
 #[pyclass(module = "toolgate._toolgate", frozen)]
 #[derive(Debug)]
+#[allow(clippy::struct_field_names)] // `engine.engine`: the core engine inside the Python one
 pub(crate) struct Engine {
     engine: toolgate::Engine,
     clock: Arc<dyn Clock>,

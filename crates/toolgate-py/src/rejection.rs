@@ -22,6 +22,9 @@ pub(crate) struct Rejection {
     retry_after: Option<f64>,
 }
 
+/// `(tool, quota, reason, retry_after)`, the constructor's arguments.
+type Fields = (String, String, String, Option<f64>);
+
 // === impl Rejection ===
 
 impl Rejection {
@@ -65,36 +68,39 @@ impl Rejection {
     }
 
     fn __str__(&self) -> String {
-        let mut s = format!("call to {:?} rejected: {}", self.tool, self.reason);
-        if !self.quota.is_empty() {
-            s.push_str(&format!(" by {}", self.quota));
-        }
-        if let Some(r) = self.retry_after {
-            s.push_str(&format!("; retry after {r:.3}s"));
-        }
-        s
+        let by = if self.quota.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", self.quota)
+        };
+        let retry = self
+            .retry_after
+            .map_or_else(String::new, |r| format!("; retry after {r:.3}s"));
+        format!(
+            "call to {:?} rejected: {}{by}{retry}",
+            self.tool, self.reason
+        )
     }
 
     fn __repr__(&self) -> String {
-        let retry = self.retry_after.map_or_else(|| "None".to_owned(), |r| r.to_string());
+        let retry = self
+            .retry_after
+            .map_or_else(|| "None".to_owned(), |r| r.to_string());
         format!(
             "Rejection(tool={:?}, quota={:?}, reason={:?}, retry_after={retry})",
             self.tool, self.quota, self.reason
         )
     }
 
-    fn __reduce__(
-        slf: &Bound<'_, Self>,
-    ) -> PyResult<(Py<PyAny>, (String, String, String, Option<f64>))> {
+    /// Pickles as the constructor call.
+    fn __reduce__(slf: &Bound<'_, Self>) -> (Py<PyAny>, Fields) {
         let me = slf.get();
-        Ok((
-            slf.get_type().into_any().unbind(),
-            (
-                me.tool.clone(),
-                me.quota.clone(),
-                me.reason.clone(),
-                me.retry_after,
-            ),
-        ))
+        let fields = (
+            me.tool.clone(),
+            me.quota.clone(),
+            me.reason.clone(),
+            me.retry_after,
+        );
+        (slf.get_type().into_any().unbind(), fields)
     }
 }
