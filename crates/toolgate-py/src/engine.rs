@@ -107,7 +107,7 @@ impl Engine {
         tokens: u64,
     ) -> PyResult<Py<PyAny>> {
         let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
-        match py.detach(|| self.engine.try_admit(&call)) {
+        match self.engine.try_admit(&call) {
             Ok(p) => self.permit(py, p),
             Err(r) => Rejection::into_py(py, &r),
         }

@@ -67,6 +67,24 @@ impl Rejection {
         Ok(d)
     }
 
+    /// The text a model receives instead of the tool's result: JSON with
+    /// `"rejected_by": "toolgate"`, the tool, reason, quota, `retry_after` and a
+    /// sentence for the model.
+    fn to_json(&self) -> String {
+        let hint = self.retry_after.map_or_else(String::new, |r| {
+            format!(" Retry after {r:.3}s or continue without it.")
+        });
+        serde_json::json!({
+            "rejected_by": "toolgate",
+            "tool": self.tool,
+            "reason": self.reason,
+            "quota": self.quota,
+            "retry_after": self.retry_after,
+            "message": format!("The call to {} was not run ({}).{hint}", self.tool, self.reason),
+        })
+        .to_string()
+    }
+
     fn __str__(&self) -> String {
         let by = if self.quota.is_empty() {
             String::new()

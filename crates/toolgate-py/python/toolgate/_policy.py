@@ -105,18 +105,9 @@ def rejection_result(rejection: Rejection | AdmissionRejected) -> str:
     """The text a model receives instead of a rejected tool's result: JSON naming the
     tool, the reason, the quota and ``retry_after``, marked ``"rejected_by":
     "toolgate"`` so that it cannot be mistaken for the tool's own output."""
-    retry = rejection.retry_after
-    hint = f" Retry after {retry:.3g}s or continue without it." if retry is not None else ""
-    return json.dumps(
-        {
-            "rejected_by": "toolgate",
-            "tool": rejection.tool,
-            "reason": rejection.reason,
-            "quota": rejection.quota,
-            "retry_after": retry,
-            "message": f"The call to {rejection.tool} was not run ({rejection.reason}).{hint}",
-        }
-    )
+    if not isinstance(rejection, Rejection):
+        rejection = Rejection(rejection.tool, rejection.quota, rejection.reason, rejection.retry_after)
+    return rejection.to_json()
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

@@ -41,6 +41,9 @@ class Rejection:
     def retry_after(self) -> float | None:
         """Seconds until the call would be admitted; ``None`` when unknown or never."""
     def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> str:
+        """The text a model receives instead of the tool's result: JSON with
+        ``"rejected_by": "toolgate"``, tool, reason, quota, retry_after, message."""
 
 @final
 class Permit:
