@@ -109,7 +109,7 @@ impl Engine {
         let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
         match self.engine.try_admit(&call) {
             Ok(p) => self.permit(py, p),
-            Err(r) => Rejection::into_py(py, &r),
+            Err(r) => Rejection::into_py(py, r),
         }
     }
 

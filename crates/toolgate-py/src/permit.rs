@@ -62,11 +62,12 @@ impl Permit {
         let latency = latency.unwrap_or_else(|| {
             Duration::from_nanos(self.clock.now().saturating_sub(permit.admitted_at()))
         });
-        let mut completion = Completion::new(outcome).latency(latency);
-        if let Some(t) = tokens {
-            completion = completion.tokens(t);
+        let completion = Completion::new(outcome).latency(latency);
+        match tokens {
+            // Reconciling a token estimate may re-plan the waiters' reservations.
+            Some(t) => py.detach(|| permit.complete(completion.tokens(t))),
+            None => permit.complete(completion),
         }
-        py.detach(|| permit.complete(completion));
         Ok(())
     }
 

@@ -85,7 +85,7 @@ impl Waiting {
     ) -> PyResult<Py<PyAny>> {
         match r {
             Ok(p) => Ok(Py::new(py, Permit::new(p, clock.clone()))?.into_any()),
-            Err(r) => Rejection::into_py(py, &r),
+            Err(r) => Rejection::into_py(py, r),
         }
     }
 }

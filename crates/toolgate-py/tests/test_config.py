@@ -155,3 +155,18 @@ def test_decisions_reach_the_hook_and_the_log_without_arguments(caplog: pytest.L
         p.try_admit("t")
     assert [(d.tool, d.admitted, d.reason) for d in seen] == [("t", True, None), ("t", False, "rate_limited")]
     assert "t admitted" in caplog.text and "t rejected: rate_limited" in caplog.text
+
+
+def test_rejections_are_values_and_exceptions_that_pickle() -> None:
+    import pickle
+
+    from toolgate import AdmissionRejected
+
+    r = Rejection("t", "tools.t.rate", "rate_limited", 0.5)
+    assert pickle.loads(pickle.dumps(r)) == r
+    e = AdmissionRejected.from_rejection(r)
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.tool, back.quota, back.reason, back.retry_after) == ("t", "tools.t.rate", "rate_limited", 0.5)
+    assert str(back) == "call to 't' rejected: rate_limited by tools.t.rate; retry after 0.500s"
+    with pytest.raises(ValueError, match="reason"):
+        Rejection("t", "q", "bored")

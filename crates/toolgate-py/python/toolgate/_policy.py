@@ -278,7 +278,8 @@ class ToolRateLimitPolicy:
     def try_admit(self, tool: str, *, tenant: str | None = None, tokens: int = 0) -> Permit | Rejection:
         """Admits now or rejects now, never waits. Returns the value, raises nothing."""
         r = self._engine.try_admit(tool, tenant, tokens)
-        self._report(tool, r, tenant)
+        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(r, Permit) else logging.INFO):
+            self._report(tool, r, tenant)
         return r
 
     async def decide(
@@ -293,7 +294,8 @@ class ToolRateLimitPolicy:
         """
         r = self._engine.admit(tool, tenant, tokens, max_wait)
         decided = await _wait(r) if isinstance(r, Waiting) else r
-        self._report(tool, decided, tenant)
+        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
+            self._report(tool, decided, tenant)
         return decided
 
     async def admit(
@@ -349,11 +351,9 @@ class ToolRateLimitPolicy:
             return self.limit()(context)
         return self.process(context, call_next)
 
-    async def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+    def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> Awaitable[None]:
         """Agent Framework ``FunctionMiddleware.process``: see :mod:`toolgate.middleware`."""
-        from .middleware import process
-
-        await process(self, context, call_next)
+        return _af_process(self, context, call_next)
 
     def state(self, tool: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The live state of ``tool``: ``in_flight``, ``waiting``, ``admitted``,
@@ -365,8 +365,6 @@ class ToolRateLimitPolicy:
     def _report(self, tool: str, r: Permit | Rejection, tenant: str | None) -> None:
         hook = self.on_decision
         if isinstance(r, Permit):
-            if hook is None and not log.isEnabledFor(logging.DEBUG):
-                return
             waited = r.waited
             d = Decision(tool, True, waited=waited, tenant=tenant)
             if waited:
@@ -374,8 +372,6 @@ class ToolRateLimitPolicy:
             else:
                 log.debug("toolgate: %s admitted", tool)
         else:
-            if hook is None and not log.isEnabledFor(logging.INFO):
-                return
             rej = r
             d = Decision(tool, False, reason=rej.reason, quota=rej.quota, retry_after=rej.retry_after, tenant=tenant)
             log.info(
@@ -457,3 +453,6 @@ def _register_middleware(cls: type) -> None:
     base = getattr(af, "FunctionMiddleware", None) if af is not None else None
     if base is not None and not issubclass(cls, base):
         base.register(cls)
+
+
+from .middleware import process as _af_process  # noqa: E402  (middleware.py imports this module)
