@@ -170,3 +170,30 @@ def test_rejections_are_values_and_exceptions_that_pickle() -> None:
     assert str(back) == "call to 't' rejected: rate_limited by tools.t.rate; retry after 0.500s"
     with pytest.raises(ValueError, match="reason"):
         Rejection("t", "q", "bored")
+
+
+async def test_the_middleware_takes_the_tenant_from_tenant_of() -> None:
+    from types import SimpleNamespace
+
+    policy = ToolRateLimitPolicy.from_dict(
+        {"tools": {"t": {"rate": "1/s", "partition": "tenant"}}},
+        clock=ManualClock(),
+        tenant_of=lambda ctx: ctx.metadata["tenant"],
+    )
+    ran: list[str] = []
+
+    def context(tenant: str) -> SimpleNamespace:
+        return SimpleNamespace(function=SimpleNamespace(name="t"), metadata={"tenant": tenant}, result=None)
+
+    contexts = [context(t) for t in ("a", "a", "b")]
+    for ctx in contexts:
+
+        async def call_next(tenant: str = ctx.metadata["tenant"]) -> None:
+            ran.append(tenant)
+
+        await policy.process(ctx, call_next)
+    assert ran == ["a", "b"]
+    assert [c.result is None for c in contexts] == [True, False, True]
+    assert '"reason":"rate_limited"' in contexts[1].result
+    state = policy.state("t", tenant="a")
+    assert state is not None and state["rejected"] == 1
