@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -27,6 +28,15 @@ async def settle() -> None:
         await asyncio.sleep(0.001)
 
 
+async def until(done: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Lets the loop run until ``done()`` (then a little more, so that anything
+    wrongly admitted as well would show)."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        await asyncio.sleep(0.001)
+    await settle()
+
+
 async def test_waiters_are_admitted_in_fifo_order_as_the_clock_advances(clock: ManualClock) -> None:
     policy = waiting_policy(clock, max_wait=2.0)
     order: list[int] = []
@@ -44,7 +54,7 @@ async def test_waiters_are_admitted_in_fifo_order_as_the_clock_advances(clock: M
     assert state is not None and state["waiting"] == 4
     for n in (3, 4, 5, 6):
         clock.advance(0.5)
-        await settle()
+        await until(lambda: len(order) >= n)
         assert order == list(range(n))
     waited = await asyncio.gather(*tasks)
     assert waited == pytest.approx([0.0, 0.0, 0.5, 1.0, 1.5, 2.0])
@@ -54,7 +64,7 @@ async def test_a_call_whose_predicted_wait_exceeds_max_wait_is_rejected_at_once(
     policy = waiting_policy(clock, max_wait=1.0)
     first = [await policy.admit("lookup_customer") for _ in range(2)]
     waiters = [asyncio.create_task(policy.admit("lookup_customer")) for _ in range(2)]
-    await settle()
+    await until(lambda: (policy.state("lookup_customer") or {}).get("waiting") == 2)
     # The fifth call would wait 1.5 s > max_wait: rejected now, without sleeping.
     r = await policy.decide("lookup_customer")
     assert isinstance(r, Rejection)
@@ -74,7 +84,7 @@ async def test_cancelling_a_waiter_leaves_the_accounting_as_if_it_never_came(clo
     [await policy.admit("lookup_customer") for _ in range(2)]
     a = asyncio.create_task(policy.admit("lookup_customer"))  # due at 0.5
     b = asyncio.create_task(policy.admit("lookup_customer"))  # due at 1.0
-    await settle()
+    await until(lambda: (policy.state("lookup_customer") or {}).get("waiting") == 2)
     state = policy.state("lookup_customer")
     assert state is not None and state["waiting"] == 2
     a.cancel()
@@ -84,7 +94,7 @@ async def test_cancelling_a_waiter_leaves_the_accounting_as_if_it_never_came(clo
     assert state is not None and state["waiting"] == 1
     # b moves up into a's place: admitted at 0.5, not 1.0.
     clock.advance(0.5)
-    await settle()
+    await until(b.done)
     assert b.done()
     assert (await b).waited == pytest.approx(0.5)
     # And the bucket is exactly as if a had never come: nothing left at 0.5 s...
@@ -172,3 +182,41 @@ async def test_a_concurrency_waiter_is_woken_when_a_slot_frees(clock: ManualCloc
     first.complete()
     p = await asyncio.wait_for(second, 2.0)
     assert isinstance(p, Permit)
+
+
+async def test_a_thousand_waiters_are_admitted_exactly_at_the_rate(clock: ManualClock) -> None:
+    policy = ToolRateLimitPolicy(
+        limits={"t": RateLimit(requests=10, per_seconds=1.0, burst=10)}, on_limit="wait", max_wait=1000.0, clock=clock
+    )
+    admitted: list[int] = []
+
+    async def call(i: int) -> None:
+        await policy.admit("t")
+        admitted.append(i)
+
+    tasks = [asyncio.create_task(call(i)) for i in range(1000)]
+    await until(lambda: len(admitted) >= 10)
+    assert len(admitted) == 10
+    for second in range(1, 6):
+        clock.advance(1.0)
+        await until(lambda: len(admitted) >= 10 + 10 * second)
+        assert len(admitted) == 10 + 10 * second
+    assert admitted == sorted(admitted)  # FIFO
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    state = policy.state("t")
+    assert state is not None and state["waiting"] == 0 and state["admitted"] == 60
+
+
+async def test_cancelling_a_waiter_on_the_real_clock_frees_its_place() -> None:
+    policy = ToolRateLimitPolicy(limits={"t": RateLimit(requests=1, per_seconds=0.2, burst=1)}, on_limit="wait")
+    await policy.admit("t")
+    first = asyncio.create_task(policy.admit("t"))  # due in 0.2 s
+    second = asyncio.create_task(policy.admit("t"))  # due in 0.4 s
+    await asyncio.sleep(0.02)
+    first.cancel()
+    start = time.monotonic()
+    permit = await second
+    assert time.monotonic() - start < 0.3  # moved up into first's place
+    assert permit.waited == pytest.approx(0.2, abs=0.08)
