@@ -219,13 +219,22 @@ async def test_admission_that_cannot_be_decided_fails_closed(monkeypatch: pytest
 def test_a_policy_made_before_the_framework_is_imported_is_still_function_middleware() -> None:
     import subprocess
     import sys
+    from pathlib import Path
 
-    code = (
-        "import sys\n"
-        "from toolgate import RateLimit, ToolRateLimitPolicy\n"
-        "p = ToolRateLimitPolicy(limits={'t': RateLimit(1)})\n"
-        "assert 'agent_framework' not in sys.modules\n"
-        "from agent_framework._middleware import categorize_middleware\n"
-        "assert categorize_middleware([p])['function'] == [p]\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    code = """
+import asyncio, sys
+from conftest import proposal_policy
+from toolgate.testing import ManualClock
+policy = proposal_policy(ManualClock())
+assert "agent_framework" not in sys.modules
+from agent_framework import Agent, Content, FunctionMiddleware
+from agent_framework._middleware import categorize_middleware
+from test_agent_framework import ScriptedChatClient, Tools, function_calls
+assert not isinstance(policy, FunctionMiddleware)  # not registered: the callable path
+assert categorize_middleware([policy])["function"] == [policy]
+tools = Tools()
+client = ScriptedChatClient([function_calls(), [Content.from_text("ok")]])
+asyncio.run(Agent(client=client, tools=tools.as_tools(), middleware=[policy]).run("go"))
+assert tools.ran == {"lookup_customer": 2, "get_payment_status": 1, "search_documents": 3}, tools.ran
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent, timeout=120)
