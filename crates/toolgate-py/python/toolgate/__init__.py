@@ -1,0 +1,30 @@
+"""toolgate: admission control and flow control for AI-agent tool calls.
+
+Every admission decision is made by toolgate's Rust engine before the tool runs.
+
+    from toolgate import RateLimit, ToolRateLimitPolicy, AdmissionRejected
+
+    policy = ToolRateLimitPolicy(
+        limits={"lookup_customer": RateLimit(requests=2, per_seconds=1.0, burst=2)},
+        on_limit="reject",
+    )
+
+The policy is Microsoft Agent Framework function middleware, a decorator and an
+async context manager. See ``toolgate.middleware``, ``toolgate.openai_agents``,
+``toolgate.langchain`` and ``toolgate.testing``.
+"""
+
+from ._errors import AdmissionRejected
+from ._policy import Decision, RateLimit, ToolRateLimitPolicy, rejection_result
+from ._toolgate import Permit, Rejection, __version__
+
+__all__ = [
+    "AdmissionRejected",
+    "Decision",
+    "Permit",
+    "RateLimit",
+    "Rejection",
+    "ToolRateLimitPolicy",
+    "__version__",
+    "rejection_result",
+]

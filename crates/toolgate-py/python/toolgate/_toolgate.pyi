@@ -1,0 +1,96 @@
+"""The native engine of toolgate (Rust, PyO3). Use the API of ``toolgate`` instead."""
+
+from collections.abc import Callable
+from typing import Any, final
+
+__all__ = ["__version__", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
+
+__version__: str
+
+@final
+class ManualClock:
+    """A clock that moves only when told to, for deterministic tests
+    (``toolgate.testing.ManualClock``)."""
+
+    def __new__(cls) -> ManualClock: ...
+    def now(self) -> float:
+        """Seconds since the clock's origin."""
+    def advance(self, seconds: float) -> None:
+        """Moves time forward and wakes exactly the waiters that became due.
+        Raises ``ValueError`` for a negative or non-finite value."""
+    @property
+    def sleepers(self) -> int:
+        """The number of timers still waiting for their deadline."""
+
+@final
+class Rejection:
+    """A call that was not admitted (a value; ``AdmissionRejected`` is the exception)."""
+
+    def __new__(cls, tool: str, quota: str, reason: str, retry_after: float | None = None) -> Rejection: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def quota(self) -> str:
+        """The quota that said no, e.g. ``tools.lookup_customer.rate``."""
+    @property
+    def reason(self) -> str:
+        """``rate_limited``, ``tokens_limited``, ``concurrency_limited``,
+        ``max_wait_exceeded``, ``queue_full``, ``cost_exceeds_capacity``,
+        ``circuit_open`` or ``unknown_tool``."""
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds until the call would be admitted; ``None`` when unknown or never."""
+    def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> str:
+        """The text a model receives instead of the tool's result: JSON with
+        ``"rejected_by": "toolgate"``, tool, reason, quota, retry_after, message."""
+
+@final
+class Permit:
+    """Proof that a call was admitted. Complete it when the call ends; releasing or
+    garbage-collecting it frees what it holds too."""
+
+    @property
+    def waited(self) -> float:
+        """Seconds the call waited for admission."""
+    @property
+    def tool(self) -> str | None:
+        """The tool's name (``None`` for a tool without a policy, or once done)."""
+    @property
+    def done(self) -> bool: ...
+    def complete(self, outcome: str = "success", *, tokens: int | None = None, latency: float | None = None) -> None:
+        """Ends the call: ``outcome`` is ``success``, ``error``, ``timeout`` or
+        ``invalid``; ``tokens`` is the actual token count to reconcile against the
+        estimate; ``latency`` defaults to the time since admission."""
+    def release(self) -> None:
+        """Releases the permit without an outcome (like a cancelled call)."""
+
+@final
+class Waiting:
+    """A call waiting for admission, driven by ``toolgate._policy._wait``."""
+
+    def poll(self, notify: Callable[[], object]) -> Permit | Rejection | float | None:
+        """Polls once: the decision, or the delay (seconds) after which to poll again
+        (``None``: only when ``notify`` is called, from another thread)."""
+    def close(self) -> None:
+        """Gives up waiting; the accounting is as if the call had never come."""
+
+@final
+class Engine:
+    """An admission engine with a fixed policy."""
+
+    @staticmethod
+    def from_toml(text: str, *, clock: ManualClock | None = None) -> Engine:
+        """Raises ``ValueError`` naming each invalid field, ``NotImplementedError``
+        for a Redis store."""
+    @staticmethod
+    def from_json(text: str, *, clock: ManualClock | None = None) -> Engine: ...
+    def try_admit(self, tool: str, tenant: str | None = None, tokens: int = 0) -> Permit | Rejection: ...
+    def admit(
+        self, tool: str, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
+    ) -> Permit | Rejection | Waiting: ...
+    def tools(self) -> list[str]: ...
+    @property
+    def deny_unknown(self) -> bool: ...
+    def now(self) -> float: ...
+    def tool_state(self, tool: str, tenant: str | None = None) -> dict[str, Any] | None: ...

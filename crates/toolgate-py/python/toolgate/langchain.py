@@ -1,0 +1,64 @@
+"""Adapter for LangChain v1 agents (``langchain.agents.create_agent``).
+
+:class:`AdmissionMiddleware` is an ``AgentMiddleware`` whose ``awrap_tool_call``
+asks the policy before the tool runs. A rejected call returns an error
+``ToolMessage`` (``status="error"``) whose content is the rejection JSON
+(``"rejected_by": "toolgate"``, tool, reason, quota, ``retry_after``), and the tool
+never runs. An admitted call runs once (no retries) and completes its permit.
+
+Example::
+
+    from langchain.agents import create_agent
+    from toolgate.langchain import AdmissionMiddleware
+
+    agent = create_agent(model, tools=[lookup_customer], middleware=[AdmissionMiddleware(policy)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import ToolMessage
+
+from ._policy import ToolRateLimitPolicy, _finish, rejection_result
+from ._toolgate import Permit
+
+__all__ = ["AdmissionMiddleware"]
+
+
+class AdmissionMiddleware(AgentMiddleware):
+    """Admission control for every tool call of a LangChain agent."""
+
+    def __init__(self, policy: ToolRateLimitPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    @property
+    def name(self) -> str:
+        return "toolgate"
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        call = request.tool_call
+        name = call["name"]
+        policy = self.policy
+        if not policy.governs(name):
+            return await handler(request)
+        tenant = policy.tenant_of(request) if policy.tenant_of is not None else None
+        r = await policy.decide(name, tenant=tenant)
+        if not isinstance(r, Permit):
+            return ToolMessage(
+                content=rejection_result(r),
+                tool_call_id=call["id"],
+                name=name,
+                status="error",
+                artifact=r.to_dict(),
+            )
+        try:
+            out = await handler(request)
+        except BaseException as e:
+            _finish(r, e)
+            raise
+        r.complete()
+        return out

@@ -1,0 +1,205 @@
+//! `Engine`: the core engine behind `ToolRateLimitPolicy`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::task::Waker;
+
+use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use toolgate::config::{Config, OnLimit, UnknownTools};
+use toolgate::{Call, Clock, Policy};
+
+use crate::clock::{clock_of, duration, secs, PyManualClock};
+use crate::permit::Permit;
+use crate::rejection::Rejection;
+use crate::waiting::{AdmitFuture, Step, Waiting};
+
+/// An admission engine with a fixed policy.
+#[pyclass(module = "toolgate._toolgate", frozen)]
+#[derive(Debug)]
+#[allow(clippy::struct_field_names)] // `engine.engine`: the core engine inside the Python one
+pub(crate) struct Engine {
+    engine: toolgate::Engine,
+    clock: Arc<dyn Clock>,
+    tools: BTreeSet<String>,
+    waiting_tools: BTreeSet<String>,
+    deny_unknown: bool,
+}
+
+// === impl Engine ===
+
+impl Engine {
+    fn build(
+        config: Result<Config, toolgate::config::ConfigErrors>,
+        clock: Option<&PyManualClock>,
+    ) -> PyResult<Self> {
+        let config = config.map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if let Some(store) = config.store.as_ref().filter(|s| s.url != "memory") {
+            return Err(store_unavailable(&store.url));
+        }
+        let tools: BTreeSet<String> = config.tools.keys().cloned().collect();
+        let waiting_tools = config
+            .tools
+            .iter()
+            .filter(|(_, t)| t.on_limit == OnLimit::Wait)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let deny_unknown = config.unknown_tools == UnknownTools::Deny;
+        let policy = Policy::new(config).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let clock = clock_of(clock);
+        Ok(Self {
+            engine: toolgate::Engine::with_clock(policy, clock.clone()),
+            clock,
+            tools,
+            waiting_tools,
+            deny_unknown,
+        })
+    }
+
+    fn permit(&self, py: Python<'_>, p: toolgate::Permit) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, Permit::new(p, self.clock.clone()))?.into_any())
+    }
+}
+
+/// The error for a shared store, which this build cannot use yet.
+pub(crate) fn store_unavailable(url: &str) -> PyErr {
+    PyNotImplementedError::new_err(format!(
+        "store: {url:?}: shared stores (Redis) are not available in the Python package yet; \
+         use store=None for in-process quotas"
+    ))
+}
+
+#[pymethods]
+impl Engine {
+    /// An engine from a TOML policy (contract §3).
+    #[staticmethod]
+    #[pyo3(signature = (text, *, clock = None))]
+    fn from_toml(
+        py: Python<'_>,
+        text: &str,
+        clock: Option<PyRef<'_, PyManualClock>>,
+    ) -> PyResult<Self> {
+        let config = py.detach(|| Config::from_toml_str(text));
+        Self::build(config, clock.as_deref())
+    }
+
+    /// An engine from a JSON policy (the same structure as TOML).
+    #[staticmethod]
+    #[pyo3(signature = (text, *, clock = None))]
+    fn from_json(
+        py: Python<'_>,
+        text: &str,
+        clock: Option<PyRef<'_, PyManualClock>>,
+    ) -> PyResult<Self> {
+        let config = py.detach(|| Config::from_json_str(text));
+        Self::build(config, clock.as_deref())
+    }
+
+    /// Admits the call now or rejects it now; never waits.
+    /// Returns a `Permit` or an `Rejection` (not raised).
+    #[pyo3(signature = (tool, tenant = None, tokens = 0))]
+    fn try_admit(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+    ) -> PyResult<Py<PyAny>> {
+        let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
+        match self.engine.try_admit(&call) {
+            Ok(p) => self.permit(py, p),
+            Err(r) => Rejection::into_py(py, r),
+        }
+    }
+
+    /// Admits the call, honouring `on_limit = "wait"` (or a given `max_wait`).
+    /// Returns a `Permit`, an `Rejection` (not raised), or a `Waiting`
+    /// to drive from an event loop.
+    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None))]
+    fn admit(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        max_wait: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
+        if max_wait.is_none() && !self.waiting_tools.contains(tool) {
+            return self.try_admit(py, tool, tenant, tokens);
+        }
+        let engine = self.engine.clone();
+        let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
+        let mut fut: AdmitFuture = Box::pin(async move {
+            let mut call = Call::new(&tool)
+                .with_tenant(tenant.as_deref())
+                .tokens(tokens);
+            if let Some(m) = max_wait {
+                call = call.max_wait(m);
+            }
+            engine.admit(&call).await
+        });
+        let clock = &*self.clock;
+        match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {
+            Step::Ready(r) => Waiting::outcome(py, r, &self.clock),
+            Step::Pending(_) => Ok(Py::new(py, Waiting::new(fut, self.clock.clone()))?.into_any()),
+        }
+    }
+
+    /// The tools that have a policy, sorted.
+    fn tools(&self) -> Vec<String> {
+        self.tools.iter().cloned().collect()
+    }
+
+    /// Whether calls to tools without a policy are rejected (`unknown_tools = "deny"`).
+    #[getter]
+    fn deny_unknown(&self) -> bool {
+        self.deny_unknown
+    }
+
+    /// Seconds on the engine's clock.
+    fn now(&self) -> f64 {
+        secs(self.clock.now())
+    }
+
+    /// The live state of `tool` (of `tenant`'s partitions, when given) as a dict, or
+    /// `None` for a tool without a policy.
+    #[pyo3(signature = (tool, tenant = None))]
+    fn tool_state<'py>(
+        &self,
+        py: Python<'py>,
+        tool: &str,
+        tenant: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(s) = self.engine.tool_state(tool, tenant) else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("tool", &s.tool)?;
+        d.set_item(
+            "on_limit",
+            if s.on_limit == OnLimit::Wait {
+                "wait"
+            } else {
+                "reject"
+            },
+        )?;
+        d.set_item("in_flight", s.in_flight)?;
+        d.set_item("waiting", s.waiting)?;
+        d.set_item("admitted", s.admitted)?;
+        d.set_item("rejected", s.rejected)?;
+        let quotas = PyList::empty(py);
+        for q in &s.quotas {
+            let qd = PyDict::new(py);
+            qd.set_item("quota", &q.quota)?;
+            qd.set_item("kind", q.kind)?;
+            qd.set_item("capacity", q.capacity)?;
+            qd.set_item("available", q.available)?;
+            qd.set_item("waiters", q.waiters)?;
+            quotas.append(qd)?;
+        }
+        d.set_item("quotas", quotas)?;
+        Ok(Some(d))
+    }
+}

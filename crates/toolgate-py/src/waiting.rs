@@ -1,0 +1,186 @@
+//! `Waiting`: a call in wait mode, driven from the caller's asyncio event loop.
+//!
+//! # How waiting works
+//!
+//! The core's `Engine::admit` future is boxed and polled by `Waiting.poll`, which
+//! the Python driver (`toolgate._policy._wait`) calls from its coroutine. When the
+//! future is pending, `poll` returns the delay until the clock deadline it sleeps
+//! for (if any); the driver arms an asyncio timer for it and also hands `poll` a
+//! `notify` callback, which the core's waker calls when a waiter ahead of this one
+//! leaves or a concurrency slot frees up. So waiting is an ordinary asyncio await:
+//! no thread is parked per waiter, the event loop is never blocked, and each waiter
+//! lives on whichever loop awaits it.
+//!
+//! Wakers may fire while the core holds its internal locks, so they never take the
+//! GIL themselves: they hand the callback to one notifier thread, which calls it
+//! (it is `loop.call_soon_threadsafe(...)`).
+//!
+//! # Cancel safety
+//!
+//! `close()` drops the core future at once, under the caller's control: a waiter
+//! cancelled before its admission time leaves the accounting exactly as if it had
+//! never come (the core's guarantee), and the waiters behind it move up.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use pyo3::prelude::*;
+use toolgate::{Clock, Nanos};
+
+use crate::clock::{clear_deadline, secs, take_deadline};
+use crate::permit::Permit;
+use crate::rejection::Rejection;
+
+/// The core's admission future, owning its call.
+pub(crate) type AdmitFuture =
+    Pin<Box<dyn Future<Output = Result<toolgate::Permit, toolgate::Rejection>> + Send>>;
+
+/// A call waiting for admission.
+#[pyclass(module = "toolgate._toolgate", frozen)]
+pub(crate) struct Waiting {
+    fut: Mutex<Option<AdmitFuture>>,
+    clock: Arc<dyn Clock>,
+}
+
+/// What one poll found.
+pub(crate) enum Step {
+    Ready(Result<toolgate::Permit, toolgate::Rejection>),
+    Pending(Option<Nanos>),
+}
+
+/// A waker that asks the notifier thread to call a Python callback once.
+struct Notify {
+    callback: Py<PyAny>,
+    fired: AtomicBool,
+}
+
+// === impl Waiting ===
+
+impl Waiting {
+    pub(crate) fn new(fut: AdmitFuture, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            fut: Mutex::new(Some(fut)),
+            clock,
+        }
+    }
+
+    /// Polls `fut` once; `None` when it was already finished or closed.
+    pub(crate) fn step(fut: &mut AdmitFuture, waker: &Waker, clock: &dyn Clock) -> Step {
+        clear_deadline();
+        match fut.as_mut().poll(&mut Context::from_waker(waker)) {
+            Poll::Ready(r) => Step::Ready(r),
+            Poll::Pending => Step::Pending(take_deadline().map(|d| d.saturating_sub(clock.now()))),
+        }
+    }
+
+    /// Converts a finished admission to `Permit | Rejection`.
+    pub(crate) fn outcome(
+        py: Python<'_>,
+        r: Result<toolgate::Permit, toolgate::Rejection>,
+        clock: &Arc<dyn Clock>,
+    ) -> PyResult<Py<PyAny>> {
+        match r {
+            Ok(p) => Ok(Py::new(py, Permit::new(p, clock.clone()))?.into_any()),
+            Err(r) => Rejection::into_py(py, r),
+        }
+    }
+}
+
+#[pymethods]
+impl Waiting {
+    /// Polls the admission once. Returns the `Permit` or `Rejection` when
+    /// decided; otherwise `None` or the delay in seconds after which to poll again,
+    /// and `notify()` will be called (from another thread) if it must be polled
+    /// earlier.
+    fn poll(&self, py: Python<'_>, notify: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let waker = Waker::from(Arc::new(Notify {
+            callback: notify,
+            fired: AtomicBool::new(false),
+        }));
+        let step = py.detach(|| {
+            let mut guard = self.fut.lock().unwrap_or_else(PoisonError::into_inner);
+            let fut = guard.as_mut()?;
+            let step = Self::step(fut, &waker, &*self.clock);
+            if matches!(step, Step::Ready(_)) {
+                *guard = None;
+            }
+            Some(step)
+        });
+        match step {
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "this waiting call was already decided or closed",
+            )),
+            Some(Step::Ready(r)) => Self::outcome(py, r, &self.clock),
+            Some(Step::Pending(delay)) => Ok(delay.map_or_else(
+                || py.None(),
+                |d| {
+                    secs(d)
+                        .into_pyobject(py)
+                        .map_or_else(|_| py.None(), |f| f.into_any().unbind())
+                },
+            )),
+        }
+    }
+
+    /// Gives up waiting: the call leaves the queue as if it had never come.
+    fn close(&self, py: Python<'_>) {
+        let fut = self
+            .fut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        py.detach(|| drop(fut));
+    }
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting").finish_non_exhaustive()
+    }
+}
+
+// === impl Notify ===
+
+impl Wake for Notify {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.fired.swap(true, Ordering::AcqRel) {
+            // The notifier thread only stops with the process; a failed send means
+            // it is gone, and then so is the loop that waited.
+            let _ = notifier().send(self.clone());
+        }
+    }
+}
+
+/// The one thread that calls Python on behalf of wakers.
+fn notifier() -> &'static Sender<Arc<Notify>> {
+    static TX: OnceLock<Sender<Arc<Notify>>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = channel::<Arc<Notify>>();
+        let spawned = std::thread::Builder::new()
+            .name("toolgate-notify".into())
+            .spawn(move || {
+                for n in rx {
+                    Python::attach(|py| {
+                        // The loop may be closed by now; then nobody waits any more.
+                        if let Err(e) = n.callback.call0(py) {
+                            if !e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) {
+                                e.print(py);
+                            }
+                        }
+                    });
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("toolgate: cannot start the notifier thread: {e}");
+        }
+        tx
+    })
+}

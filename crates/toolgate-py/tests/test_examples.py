@@ -1,0 +1,42 @@
+"""The one-page examples run offline as written, and docs/python.md shows the Agent
+Framework example verbatim."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+DOCS = Path(__file__).parents[3] / "docs" / "python.md"
+
+
+def run(name: str) -> str:
+    out = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_agent_framework_example() -> None:
+    out = run("agent_framework_example.py")
+    assert out.startswith("6 tool calls ran, 4 were rejected:")
+    assert out.count("lookup_customer: rate_limited") == 3 and out.count("get_payment_status: rate_limited") == 1
+
+
+def test_the_openai_agents_example() -> None:
+    assert run("openai_agents_example.py").splitlines() == [
+        "wrapper:   2 lookups ran, 3 were rejected by toolgate",
+        "guardrail: 2 lookups ran, 3 were rejected by toolgate",
+    ]
+
+
+def test_the_langchain_example() -> None:
+    lines = run("langchain_example.py").splitlines()
+    assert [line.split()[1] for line in lines] == ["success", "success", "error", "error", "error"]
+
+
+def test_the_docs_show_the_agent_framework_example_verbatim() -> None:
+    example = (EXAMPLES / "agent_framework_example.py").read_text()
+    body = example[example.index("import asyncio") :]
+    assert body.strip() in DOCS.read_text()
