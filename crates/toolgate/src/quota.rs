@@ -536,3 +536,20 @@ impl ConcWaiter {
         self.granted.load(Ordering::Acquire)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_costs_at_most_64_bytes_of_quota_state() {
+        // The cell (id, lock, limiter, pending pointer); the map adds the key and a
+        // pointer, the allocation adds the reference counts.
+        assert!(
+            std::mem::size_of::<Cell>() <= 64,
+            "{}",
+            std::mem::size_of::<Cell>()
+        );
+        assert_eq!(std::mem::size_of::<Cell>(), 48);
+    }
+}
