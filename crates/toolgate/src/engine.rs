@@ -231,6 +231,26 @@ impl Engine {
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
+                    // A reservation never runs as a half-open probe: anything but a
+                    // closed (or admitting degraded) circuit refuses it.
+                    match t.circuit_gate(now) {
+                        Ok(false) => {}
+                        Ok(true) => {
+                            t.cancel_probe();
+                            let r = Rejection::new(
+                                t.name.clone(),
+                                t.circuit_path.clone(),
+                                Reason::CircuitOpen,
+                                None,
+                            );
+                            t.stats.on_reject(&r, call.tenant);
+                            return Err(r);
+                        }
+                        Err(d) => {
+                            t.stats.on_reject(&d.rejection, call.tenant);
+                            return Err(d.rejection);
+                        }
+                    }
                     let plan = t
                         .plan(call, now)
                         .inspect_err(|r| t.stats.on_reject(r, call.tenant))?;

@@ -192,3 +192,17 @@ fn exactly_the_probes_get_through_a_hundred_concurrent_callers() {
     }
     assert_eq!(admitted.load(Ordering::SeqCst), 2);
 }
+
+#[test]
+fn a_reservation_is_refused_while_the_circuit_is_not_closed() {
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    let r = engine.try_admit_all(&[Call::new("pay")]).unwrap_err();
+    assert_eq!(r.reason().as_str(), "circuit_open");
+    clock.advance(Duration::from_secs(10));
+    // Half-open: probes are single calls, never part of a reservation.
+    assert!(engine.try_admit_all(&[Call::new("pay")]).is_err());
+    assert!(engine.try_admit(&Call::new("pay")).is_ok());
+}
