@@ -77,6 +77,7 @@ mod policy;
 mod queue;
 mod quota;
 mod rate;
+pub mod retry;
 mod state;
 mod sync;
 
