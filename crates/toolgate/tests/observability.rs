@@ -54,7 +54,7 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
                 && labels
                     .iter()
                     .all(|(l, v)| k.labels().any(|lab| lab.key() == *l && lab.value() == *v));
-            matches.then(|| value.clone())
+            matches.then_some(value)
         })
     };
     let count = |tool, decision, reason| match find(
