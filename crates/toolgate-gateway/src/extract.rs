@@ -48,15 +48,36 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "the request body is empty; expected a JSON object".into(),
         ));
     }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(malformed)?;
+        return Err(ApiError::InvalidRequest(format!(
+            "the request body must be a JSON object, got {}",
+            kind(&v)
+        )));
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
-            Category::Syntax | Category::Eof | Category::Io => {
-                ApiError::MalformedJson(format!("the request body is not valid JSON: {e}"))
-            }
+            Category::Syntax | Category::Eof | Category::Io => malformed(e),
             Category::Data => ApiError::InvalidRequest(format!("invalid request: {e}")),
         }
     })
+}
+
+fn malformed(e: serde_json::Error) -> ApiError {
+    ApiError::MalformedJson(format!("the request body is not valid JSON: {e}"))
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value::*;
+    match v {
+        Null => "null",
+        Bool(_) => "a boolean",
+        Number(_) => "a number",
+        String(_) => "a string",
+        Array(_) => "an array",
+        Object(_) => "an object",
+    }
 }
 
 // === impl Caller ===
