@@ -121,3 +121,23 @@ impl Info {
 pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate::Call;
+
+    #[test]
+    fn headers_name_the_tools_rate_quota_and_what_is_left() {
+        let policy = Policy::from_toml_str("[tools.t]\nrate = \"2/s\"\nburst = 4").expect("policy");
+        let engine = Engine::new(policy.clone());
+        let headers = Headers::new(&policy);
+        let _p = engine.try_admit(&Call::new("t")).expect("admitted");
+        let mut h = HeaderMap::new();
+        headers.admitted(&mut h, &engine, "t", None);
+        assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
+        assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
+        assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+    }
+}
