@@ -8,7 +8,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use toolgate::{Call, Rejection};
 
 use crate::auth::Caller;
@@ -35,6 +34,16 @@ struct Admitted {
     admitted: bool,
     lease: String,
     waited_ms: u128,
+}
+
+/// The 429 answer.
+#[derive(Debug, Serialize)]
+struct Rejected<'a> {
+    admitted: bool,
+    tool: &'a str,
+    quota: &'a str,
+    reason: &'static str,
+    retry_after_ms: Option<u128>,
 }
 
 /// A call's declared cost.
@@ -102,14 +111,13 @@ pub fn clamp_wait(state: &AppState, ms: u64) -> Duration {
 /// The 429 answer to a rejection, with `Retry-After` (whole seconds, rounded up)
 /// when a retry time is known, and the `RateLimit` headers.
 pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Response {
-    let retry_ms = r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000));
-    let body = json!({
-        "admitted": false,
-        "tool": r.tool(),
-        "quota": r.quota(),
-        "reason": r.reason().as_str(),
-        "retry_after_ms": retry_ms,
-    });
+    let body = Rejected {
+        admitted: false,
+        tool: r.tool(),
+        quota: r.quota(),
+        reason: r.reason().as_str(),
+        retry_after_ms: r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000)),
+    };
     let mut res = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
     if let Some(d) = r.retry_after() {
         res.headers_mut()
