@@ -220,3 +220,44 @@ async fn a_wait_longer_than_max_wait_ms_is_refused_at_once() {
     );
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+const SHORT_REQUESTS: &str = r#"
+[gateway]
+request_timeout = "300ms"
+
+[tools.slot]
+concurrency = 1
+on_limit = "wait"
+max_wait = "10s"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cut_off_by_the_request_timeout_leaves_no_trace() {
+    let s = start(SHORT_REQUESTS).await;
+    let _held = s.admit("slot").await;
+    let t = Instant::now();
+    let r = s.admit("slot").await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "timeout");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("300ms request timeout"),
+        "{r:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    eventually("the waiter left", SOON, || async {
+        s.tool("slot").waiting == 0
+    })
+    .await;
+    let st = s.tool("slot");
+    assert_eq!((st.admitted, st.in_flight), (1, 1), "{st:?}");
+
+    // An explicit max_wait_ms is clamped below the request timeout, so it is refused
+    // by the engine rather than cut off.
+    let r = s
+        .post("/v1/admit", json!({"tool": "slot", "max_wait_ms": 60_000}))
+        .await;
+    assert_eq!(r.status, 429, "{r:?}");
+}
