@@ -51,9 +51,10 @@ impl Headers {
                 } else {
                     t.quota.burst.unwrap_or(rate.count())
                 };
-                let path = format!("tools.{name}.rate");
+                let path = format!("tools.{}.rate", path_key(name));
                 let w = ceil_secs(rate.period());
-                let policy = HeaderValue::from_str(&format!("\"{path}\";q={q};w={w}")).ok()?;
+                let policy =
+                    HeaderValue::from_str(&format!("{};q={q};w={w}", sf_string(&path))).ok()?;
                 let per_token = rate.period() / u32::try_from(rate.count()).unwrap_or(u32::MAX);
                 Some((
                     name.clone(),
@@ -111,10 +112,29 @@ impl Headers {
 impl Info {
     fn put(&self, h: &mut HeaderMap, r: u64, t: u64) {
         h.insert(POLICY.clone(), self.policy.clone());
-        if let Ok(v) = HeaderValue::from_str(&format!("\"{}\";r={r};t={t}", self.path)) {
+        if let Ok(v) = HeaderValue::from_str(&format!("{};r={r};t={t}", sf_string(&self.path))) {
             h.insert(RATELIMIT.clone(), v);
         }
     }
+}
+
+/// A tool name as the core writes it in quota paths: bare when it is made of
+/// letters, digits, `_` and `-`, quoted otherwise (`tools."mcp:github/x".rate`).
+fn path_key(name: &str) -> String {
+    let simple = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if simple {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// A structured-field string: quoted, with `\` and `"` escaped.
+fn sf_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// Whole seconds, rounded up.

@@ -14,3 +14,4 @@ mod invoke;
 mod leases;
 mod reload;
 mod reserve;
+mod tools;
