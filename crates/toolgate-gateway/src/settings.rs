@@ -293,6 +293,12 @@ impl Loaded {
                 None
             }
         };
+        if let Some(p) = &policy {
+            // Schemas are compiled here too, so `toolgate check` reports bad ones.
+            if let Err(e) = crate::upstream::Upstream::compile_all(p) {
+                errors.extend(e);
+            }
+        }
         match policy {
             Some(policy) if errors.is_empty() => Ok(Self { policy, settings }),
             _ => {
@@ -347,5 +353,19 @@ mod tests {
         assert!(text.contains("gateway.tokens[0].sha256: \"xyz\""), "{text}");
         assert!(text.contains("tools.t.rate: \"0/s\""), "{text}");
         assert_eq!(e.0.len(), 4, "{text}");
+    }
+
+    #[test]
+    fn an_invalid_json_schema_is_a_config_error() {
+        let e = Loaded::from_toml_str(
+            "[tools.t.upstream]\nurl = \"http://127.0.0.1:1/x\"\n\
+             arguments_schema = { type = \"no-such-type\" }\n",
+        )
+        .expect_err("invalid schema");
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert!(
+            e.0[0].starts_with("tools.t.upstream.arguments_schema: invalid JSON Schema"),
+            "{e}"
+        );
     }
 }
