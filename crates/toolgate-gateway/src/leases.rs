@@ -8,7 +8,7 @@
 //! says); an unused part of a reservation is released without an outcome, since it
 //! never ran.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -28,10 +28,15 @@ pub struct Leases {
     next: AtomicU64,
 }
 
+/// Deadlines are indexed lazily: completing a lease only removes it from `map`, and
+/// the reaper skips index entries whose lease is gone. Leases mostly arrive in deadline
+/// order (one default TTL), so they go to the `fifo` (O(1)); one that would expire
+/// before the newest in the fifo (a shorter `ttl_ms`) goes to `sorted`.
 #[derive(Debug, Default)]
 struct Shard {
     map: HashMap<u64, Entry>,
-    deadlines: BTreeSet<(Instant, u64)>,
+    fifo: VecDeque<(Instant, u64)>,
+    sorted: BTreeSet<(Instant, u64)>,
 }
 
 #[derive(Debug)]
@@ -119,7 +124,11 @@ impl Leases {
             reservation: lease.reservation.map(|r| r.seq),
         };
         let mut shard = self.shard(id.seq).lock();
-        shard.deadlines.insert((expires, id.seq));
+        if shard.fifo.back().is_none_or(|&(last, _)| last <= expires) {
+            shard.fifo.push_back((expires, id.seq));
+        } else {
+            shard.sorted.insert((expires, id.seq));
+        }
         shard.map.insert(id.seq, entry);
         id
     }
@@ -134,9 +143,7 @@ impl Leases {
         if e.tag != id.tag || (tenant.is_some() && e.tenant.as_deref() != tenant) {
             return None;
         }
-        let e = shard.map.remove(&id.seq)?;
-        shard.deadlines.remove(&(e.expires, id.seq));
-        Some(e.permit)
+        shard.map.remove(&id.seq).map(|e| e.permit)
     }
 
     /// Releases every open lease of a reservation; `None` when it has none left or
@@ -155,12 +162,11 @@ impl Leases {
                 })
                 .map(|(k, _)| *k)
                 .collect();
-            for k in hits {
-                if let Some(e) = s.map.remove(&k) {
-                    s.deadlines.remove(&(e.expires, k));
-                    released.push(e.permit);
-                }
-            }
+            released.extend(
+                hits.iter()
+                    .filter_map(|k| s.map.remove(k))
+                    .map(|e| e.permit),
+            );
         }
         let n = released.len();
         drop(released);
@@ -171,15 +177,14 @@ impl Leases {
     pub fn expire(&self, now: Instant) -> usize {
         let mut expired = Vec::new();
         for shard in &self.shards {
-            let mut s = shard.lock();
-            while let Some(&(at, seq)) = s.deadlines.first() {
-                if at > now {
-                    break;
-                }
-                s.deadlines.pop_first();
-                if let Some(e) = s.map.remove(&seq) {
-                    expired.push(e);
-                }
+            let s = &mut *shard.lock();
+            while let Some(&(at, seq)) = s.fifo.front().filter(|(at, _)| *at <= now) {
+                s.fifo.pop_front();
+                expired.extend(take_due(&mut s.map, seq, at));
+            }
+            while let Some(&(at, seq)) = s.sorted.first().filter(|(at, _)| *at <= now) {
+                s.sorted.pop_first();
+                expired.extend(take_due(&mut s.map, seq, at));
             }
         }
         let n = expired.len();
@@ -209,6 +214,14 @@ impl Leases {
     /// Whether no lease is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Removes the lease `seq` if it is still open and due at `at`.
+fn take_due(map: &mut HashMap<u64, Entry>, seq: u64, at: Instant) -> Option<Entry> {
+    match map.get(&seq) {
+        Some(e) if e.expires == at => map.remove(&seq),
+        _ => None,
     }
 }
 
@@ -273,5 +286,29 @@ mod tests {
         assert_eq!(l.expire(Instant::now()), 0);
         assert_eq!(l.expire(Instant::now() + Duration::from_millis(11)), 1);
         assert!(e.try_admit(&Call::new("t")).is_ok());
+    }
+
+    #[test]
+    fn a_shorter_ttl_after_a_longer_one_still_expires_on_time() {
+        let e = Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 3").expect("policy"));
+        let l = Leases::default();
+        let mut open = |ttl_ms| {
+            let permit = e.try_admit(&Call::new("t")).expect("admitted");
+            let ttl = Duration::from_millis(ttl_ms);
+            l.insert(NewLease {
+                permit,
+                tenant: None,
+                ttl,
+                reservation: None,
+            })
+        };
+        let long = open(60_000);
+        let _short = open(10);
+        let taken = open(10);
+        assert!(l.take(&taken.to_string(), None).is_some());
+        let t = Instant::now() + Duration::from_millis(20);
+        assert_eq!(l.expire(t), 1, "the short one, not the taken one");
+        assert_eq!(l.len(), 1);
+        assert!(l.take(&long.to_string(), None).is_some());
     }
 }
