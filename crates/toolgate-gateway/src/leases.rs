@@ -292,7 +292,7 @@ mod tests {
     fn a_shorter_ttl_after_a_longer_one_still_expires_on_time() {
         let e = Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 3").expect("policy"));
         let l = Leases::default();
-        let mut open = |ttl_ms| {
+        let open = |ttl_ms| {
             let permit = e.try_admit(&Call::new("t")).expect("admitted");
             let ttl = Duration::from_millis(ttl_ms);
             l.insert(NewLease {
