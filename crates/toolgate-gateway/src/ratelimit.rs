@@ -72,7 +72,14 @@ impl Headers {
         Self { by_tool }
     }
 
-    /// Adds the headers for `tool` as it stands now (after an admission).
+    /// Adds only `RateLimit-Policy` for `tool` (no live state read).
+    pub fn policy(&self, h: &mut HeaderMap, tool: &str) {
+        if let Some(info) = self.by_tool.get(tool) {
+            h.insert(POLICY.clone(), info.policy.clone());
+        }
+    }
+
+    /// Adds both headers for `tool` as it stands now (after an admission).
     pub fn admitted(&self, h: &mut HeaderMap, engine: &Engine, tool: &str, tenant: Option<&str>) {
         let Some(info) = self.by_tool.get(tool) else {
             return;

@@ -12,6 +12,7 @@
 //! request_timeout = "30s"        # per-request bound (waits are clamped to it)
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
+//! ratelimit_remaining = false    # also send `RateLimit` (what is left) on 200 answers
 //!
 //! [[gateway.tokens]]
 //! tenant = "acme"
@@ -46,6 +47,9 @@ pub struct Settings {
     pub protect_metrics: bool,
     /// Whether a non-loopback address may be used with no tokens configured.
     pub allow_unauthenticated: bool,
+    /// Whether admitted answers carry `RateLimit` (what is left), which costs a live
+    /// state snapshot per admission; `RateLimit-Policy` is always sent.
+    pub ratelimit_remaining: bool,
     /// Bearer tokens, each bound to a tenant.
     pub tokens: Vec<TokenEntry>,
 }
@@ -86,6 +90,7 @@ impl Default for Settings {
             request_timeout: Duration::from_secs(30),
             protect_metrics: false,
             allow_unauthenticated: false,
+            ratelimit_remaining: false,
             tokens: Vec::new(),
         }
     }
@@ -115,13 +120,15 @@ impl Settings {
                     .ok_or_else(|| format!("{v}: expected a byte count from 64 to 67108864")),
                 "protect_metrics" => bool_of(v).map(|b| s.protect_metrics = b),
                 "allow_unauthenticated" => bool_of(v).map(|b| s.allow_unauthenticated = b),
+                "ratelimit_remaining" => bool_of(v).map(|b| s.ratelimit_remaining = b),
                 "tokens" => {
                     s.tokens = tokens(v, errors);
                     Ok(())
                 }
                 _ => Err(
                     "unknown key (expected one of: allow_unauthenticated, body_limit, \
-                          lease_ttl, listen, protect_metrics, request_timeout, tokens)"
+                          lease_ttl, listen, protect_metrics, ratelimit_remaining, \
+                          request_timeout, tokens)"
                         .to_string(),
                 ),
             };

@@ -87,12 +87,13 @@ pub async fn admit(
                 waited_ms,
             })
             .into_response();
-            live.headers.admitted(
-                res.headers_mut(),
-                state.engine(),
-                &req.tool,
-                tenant.as_deref(),
-            );
+            let (h, engine) = (res.headers_mut(), state.engine());
+            if live.settings.ratelimit_remaining {
+                live.headers
+                    .admitted(h, engine, &req.tool, tenant.as_deref());
+            } else {
+                live.headers.policy(h, &req.tool);
+            }
             Ok(res)
         }
         Err(r) => Ok(rejected(&state, &r, tenant.as_deref())),

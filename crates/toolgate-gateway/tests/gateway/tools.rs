@@ -5,6 +5,9 @@ use serde_json::json;
 use crate::support::start;
 
 const CONFIG: &str = r#"
+[gateway]
+ratelimit_remaining = true
+
 [tools."mcp:github/search_issues"]
 rate = "5/min"
 burst = 5
