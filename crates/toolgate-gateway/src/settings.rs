@@ -12,7 +12,7 @@
 //! request_timeout = "30s"        # per-request bound (waits are clamped to it)
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
-//! ratelimit_remaining = false    # also send `RateLimit` (what is left) on 200 answers
+//! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
 //!
 //! [[gateway.tokens]]
 //! tenant = "acme"
@@ -90,7 +90,7 @@ impl Default for Settings {
             request_timeout: Duration::from_secs(30),
             protect_metrics: false,
             allow_unauthenticated: false,
-            ratelimit_remaining: false,
+            ratelimit_remaining: true,
             tokens: Vec::new(),
         }
     }

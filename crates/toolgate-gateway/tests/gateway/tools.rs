@@ -5,9 +5,6 @@ use serde_json::json;
 use crate::support::start;
 
 const CONFIG: &str = r#"
-[gateway]
-ratelimit_remaining = true
-
 [tools."mcp:github/search_issues"]
 rate = "5/min"
 burst = 5
@@ -65,4 +62,17 @@ async fn state_is_served_for_every_tool_including_namespaced_names() {
     assert_eq!(none.status, 404);
     assert_eq!(none.body["error"]["code"], "unknown_tool");
     assert_eq!(s.get("/healthz").await.body, json!({"status": "ok"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_answers_can_leave_out_what_is_left() {
+    let s = start("[gateway]\nratelimit_remaining = false\n[tools.t]\nrate = \"2/s\"\n").await;
+    let r = s.admit("t").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["ratelimit-policy"], "\"tools.t.rate\";q=2;w=1");
+    assert!(!r.headers.contains_key("ratelimit"), "{r:?}");
+    s.admit("t").await;
+    let no = s.admit("t").await;
+    assert_eq!(no.status, 429);
+    assert_eq!(no.headers["ratelimit"], "\"tools.t.rate\";r=0;t=1");
 }
