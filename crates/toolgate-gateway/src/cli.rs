@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use toolgate::config::Config;
 
 /// Exit code of `check` (and of `serve`) for an invalid config.
 pub const EXIT_INVALID_CONFIG: u8 = 1;
@@ -28,6 +27,22 @@ enum Command {
     },
     /// Run the customer-service scenario in-process and show each decision.
     Demo,
+    /// Run the gateway: admission, leases, reservations, invoke, metrics, dashboard.
+    Serve {
+        /// The config file (TOML, or JSON when it ends in .json); default: the bundled
+        /// example (the customer-service agent).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The address to listen on [default: 127.0.0.1:8787, or `[gateway] listen`].
+        #[arg(long, short)]
+        listen: Option<std::net::SocketAddr>,
+        /// Where quota state lives: `memory` (default) or `redis://host:port`.
+        #[arg(long)]
+        store: Option<String>,
+        /// Serve a non-loopback address even though no tokens are configured.
+        #[arg(long)]
+        allow_unauthenticated: bool,
+    },
 }
 
 /// Runs the command line.
@@ -40,23 +55,35 @@ pub fn main() -> ExitCode {
             let _ = std::io::stdout().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
+        Command::Serve {
+            config,
+            listen,
+            store,
+            allow_unauthenticated,
+        } => crate::serve::run(crate::serve::Options {
+            config,
+            listen,
+            store,
+            allow_unauthenticated,
+        }),
     }
 }
 
 fn check(path: &std::path::Path) -> ExitCode {
-    match Config::from_path(path) {
-        Ok(c) => {
+    // The same loader as `serve`, so a `[gateway]` table is accepted and checked too.
+    match crate::settings::Loaded::from_path(path) {
+        Ok(l) => {
             println!(
                 "{}: ok ({} tools, {} pools)",
                 path.display(),
-                c.tools.len(),
-                c.pools.len()
+                l.policy.tools.len(),
+                l.policy.pools.len()
             );
             ExitCode::SUCCESS
         }
         Err(errors) => {
-            eprintln!("{}: {} error(s)", path.display(), errors.errors().len());
-            for e in errors.errors() {
+            eprintln!("{}: {} error(s)", path.display(), errors.0.len());
+            for e in &errors.0 {
                 eprintln!("  {e}");
             }
             ExitCode::from(EXIT_INVALID_CONFIG)

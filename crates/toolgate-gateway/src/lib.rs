@@ -1,11 +1,29 @@
 //! toolgate's gateway and command line: `toolgate serve`, `toolgate check` and
 //! `toolgate demo`.
+//!
+//! The gateway puts the core engine behind HTTP (see `docs/gateway.md`): admission
+//! with server-side leases, all-or-nothing reservations, execution against a tool's
+//! upstream, live state, Prometheus metrics and a live dashboard. Build the router
+//! with [`app::router`] on an [`state::AppState`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+pub mod api;
+pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod demo;
+pub mod error;
+pub mod extract;
+pub mod leases;
+pub mod metrics;
+pub mod ratelimit;
+pub mod serve;
+pub mod settings;
+pub mod state;
+pub mod store;
+pub mod upstream;
 
 /// The bundled example config: the customer-service agent.
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/example.toml");

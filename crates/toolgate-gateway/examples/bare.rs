@@ -1,0 +1,29 @@
+//! The benchmark baseline: a bare axum server answering every request with a constant
+//! JSON body, as fast as axum goes on this machine. `scripts/bench-gateway` runs it
+//! side by side with `toolgate serve`.
+//!
+//! Usage: `cargo run --release -p toolgate-gateway --example bare -- 127.0.0.1:8788`
+
+use axum::routing::any;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+async fn constant() -> Json<Value> {
+    Json(json!({"admitted": true, "lease": "00000000000000010000000000000000", "waited_ms": 0}))
+}
+
+fn main() -> anyhow::Result<()> {
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:8788".into());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr).await?;
+        println!("bare axum listening on http://{}", listener.local_addr()?);
+        let app = Router::new().route("/{*path}", any(constant));
+        axum::serve(listener, app).await?;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,132 @@
+//! `POST /v1/admit`: admit a call now (or after waiting, in wait mode) and open a
+//! lease, or say why not.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use toolgate::{Call, Rejection};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::leases::NewLease;
+use crate::ratelimit::ceil_secs;
+use crate::state::AppState;
+
+/// The body of `POST /v1/admit`.
+#[derive(Debug, Deserialize)]
+pub struct AdmitRequest {
+    tool: String,
+    tenant: Option<String>,
+    cost: Option<Cost>,
+    max_wait_ms: Option<u64>,
+    #[allow(dead_code)]
+    idempotency_key: Option<String>,
+}
+
+/// The 200 answer: a typed struct, cheaper to write than a `json!` map.
+#[derive(Debug, Serialize)]
+struct Admitted {
+    admitted: bool,
+    lease: String,
+    waited_ms: u128,
+}
+
+/// The 429 answer.
+#[derive(Debug, Serialize)]
+struct Rejected<'a> {
+    admitted: bool,
+    tool: &'a str,
+    quota: &'a str,
+    reason: &'static str,
+    retry_after_ms: Option<u128>,
+}
+
+/// A call's declared cost.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cost {
+    #[serde(default)]
+    tokens: u64,
+}
+
+/// Admits a call; the client disconnecting while it waits drops this future, which
+/// gives its place up without consuming anything.
+pub async fn admit(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(req): JsonBody<AdmitRequest>,
+) -> Result<Response, ApiError> {
+    if req.tool.is_empty() {
+        return Err(ApiError::InvalidRequest("tool: must not be empty".into()));
+    }
+    let tenant = caller.tenant_for(req.tenant)?;
+    let mut call = Call::new(&req.tool)
+        .with_tenant(tenant.as_deref())
+        .tokens(req.cost.map_or(0, |c| c.tokens));
+    if let Some(ms) = req.max_wait_ms {
+        call = call.max_wait(clamp_wait(&state, ms));
+    }
+    match state.engine().admit(&call).await {
+        Ok(permit) => {
+            let live = state.live();
+            let waited_ms = permit.waited().as_millis();
+            let lease = state.leases().insert(NewLease {
+                permit,
+                tenant: tenant.as_deref(),
+                ttl: live.settings.lease_ttl,
+                reservation: None,
+            });
+            let mut res = Json(Admitted {
+                admitted: true,
+                lease: lease.to_string(),
+                waited_ms,
+            })
+            .into_response();
+            let (h, engine) = (res.headers_mut(), state.engine());
+            if live.settings.ratelimit_remaining {
+                live.headers
+                    .admitted(h, engine, &req.tool, tenant.as_deref());
+            } else {
+                live.headers.policy(h, &req.tool);
+            }
+            Ok(res)
+        }
+        Err(r) => Ok(rejected(&state, &r, tenant.as_deref())),
+    }
+}
+
+/// A wait is bounded by the request timeout, so an over-long wait is refused at once
+/// with `max_wait_exceeded` rather than cut off later.
+pub fn clamp_wait(state: &AppState, ms: u64) -> Duration {
+    let cap = state
+        .request_timeout()
+        .saturating_sub(Duration::from_millis(100));
+    Duration::from_millis(ms).min(cap)
+}
+
+/// The 429 answer to a rejection, with `Retry-After` (whole seconds, rounded up)
+/// when a retry time is known, and the `RateLimit` headers.
+pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Response {
+    let body = Rejected {
+        admitted: false,
+        tool: r.tool(),
+        quota: r.quota(),
+        reason: r.reason().as_str(),
+        retry_after_ms: r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000)),
+    };
+    let mut res = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    if let Some(d) = r.retry_after() {
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(d).max(1)));
+    }
+    state
+        .live()
+        .headers
+        .rejected(res.headers_mut(), state.engine(), r, tenant);
+    res
+}

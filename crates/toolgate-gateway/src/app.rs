@@ -1,0 +1,108 @@
+//! The router: every endpoint, the body limit, the request timeout and JSON errors
+//! for unknown routes.
+
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::api::{admin, admit, invoke, leases, reserve, tools};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+use crate::state::AppState;
+
+/// The dashboard page, served at `GET /`.
+pub const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The gateway's routes on `state`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.body_limit();
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/v1/admit", post(admit::admit))
+        .route("/v1/leases/{lease}/complete", post(leases::complete))
+        .route("/v1/reserve", post(reserve::reserve))
+        .route("/v1/reservations/{id}", delete(reserve::release))
+        .route("/v1/tools", get(tools::list))
+        .route("/v1/tools/{*tool}", get(tools::get).post(tool_post))
+        .route("/v1/admin/reload", post(admin::reload))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .with_state(state)
+}
+
+async fn dashboard() -> impl IntoResponse {
+    (
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        Html(DASHBOARD),
+    )
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn metrics(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {
+    let live = state.live();
+    if live.settings.protect_metrics {
+        live.auth.authenticate(req.headers())?;
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        state.metrics().render(),
+    )
+        .into_response())
+}
+
+/// `POST /v1/tools/{tool}/invoke`, where the tool name may itself contain `/`.
+async fn tool_post(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<String>,
+    JsonBody(req): JsonBody<invoke::InvokeRequest>,
+) -> Result<Response, ApiError> {
+    match path.strip_suffix("/invoke") {
+        Some(tool) if !tool.is_empty() => {
+            invoke::invoke(state, caller, tool.to_string(), req).await
+        }
+        _ => Err(ApiError::NotFound(
+            "not_found",
+            format!("no route POST /v1/tools/{path} (did you mean POST /v1/tools/{path}/invoke?)"),
+        )),
+    }
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::NotFound(
+        "not_found",
+        format!("no route {} {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let body = json!({"error": {
+        "code": "method_not_allowed",
+        "message": format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    }});
+    (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
+}
+
+/// Bounds every request by the request timeout.
+async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.request_timeout();
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => ApiError::Timeout(limit.as_millis()).into_response(),
+    }
+}

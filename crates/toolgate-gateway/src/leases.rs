@@ -1,0 +1,314 @@
+//! Server-side leases: an admitted call's [`Permit`], held until the client completes
+//! it or its TTL runs out.
+//!
+//! A lease id is 32 hex digits: a 64-bit sequence number and a 64-bit random tag, so
+//! ids are unique and cannot be guessed. The map is sharded to keep lock contention
+//! low under load. A reaper task expires leases every [`REAP_EVERY`]: a lease from
+//! `admit` is completed as `timeout` (releasing its concurrency, as the contract
+//! says); an unused part of a reservation is released without an outcome, since it
+//! never ran.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use toolgate::{Completion, Outcome, Permit};
+
+/// How often expired leases are collected.
+pub const REAP_EVERY: Duration = Duration::from_millis(20);
+
+const SHARDS: usize = 16;
+
+/// Every open lease.
+#[derive(Debug)]
+pub struct Leases {
+    shards: [Mutex<Shard>; SHARDS],
+    next: AtomicU64,
+}
+
+/// Deadlines are indexed lazily: completing a lease only removes it from `map`, and
+/// the reaper skips index entries whose lease is gone. Leases mostly arrive in deadline
+/// order (one default TTL), so they go to the `fifo` (O(1)); one that would expire
+/// before the newest in the fifo (a shorter `ttl_ms`) goes to `sorted`.
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<u64, Entry>,
+    fifo: VecDeque<(Instant, u64)>,
+    sorted: BTreeSet<(Instant, u64)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    tag: u64,
+    permit: Permit,
+    tenant: Option<Arc<str>>,
+    expires: Instant,
+    reservation: Option<u64>,
+}
+
+/// A lease or reservation id: sequence number and random tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Id {
+    seq: u64,
+    tag: u64,
+}
+
+/// What to open a lease with.
+#[derive(Debug)]
+pub struct NewLease<'a> {
+    /// The permit it holds.
+    pub permit: Permit,
+    /// The tenant that owns it.
+    pub tenant: Option<&'a str>,
+    /// Its time to live.
+    pub ttl: Duration,
+    /// The reservation it belongs to.
+    pub reservation: Option<Id>,
+}
+
+// === impl Id ===
+
+impl Id {
+    /// Parses the 32-hex-digit form.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let seq = u64::from_str_radix(s.get(..16)?, 16).ok()?;
+        let tag = u64::from_str_radix(s.get(16..)?, 16).ok()?;
+        Some(Self { seq, tag })
+    }
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}{:016x}", self.seq, self.tag)
+    }
+}
+
+// === impl Leases ===
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Leases {
+    /// A fresh, unguessable id.
+    pub fn new_id(&self) -> Id {
+        Id {
+            seq: self.next.fetch_add(1, Ordering::Relaxed),
+            tag: rand::random(),
+        }
+    }
+
+    fn shard(&self, seq: u64) -> &Mutex<Shard> {
+        &self.shards[(seq % SHARDS as u64) as usize]
+    }
+
+    /// Opens a lease.
+    pub fn insert(&self, lease: NewLease<'_>) -> Id {
+        let id = self.new_id();
+        let expires = Instant::now() + lease.ttl;
+        let entry = Entry {
+            tag: id.tag,
+            permit: lease.permit,
+            tenant: lease.tenant.map(Arc::from),
+            expires,
+            reservation: lease.reservation.map(|r| r.seq),
+        };
+        let mut shard = self.shard(id.seq).lock();
+        if shard.fifo.back().is_none_or(|&(last, _)| last <= expires) {
+            shard.fifo.push_back((expires, id.seq));
+        } else {
+            shard.sorted.insert((expires, id.seq));
+        }
+        shard.map.insert(id.seq, entry);
+        id
+    }
+
+    /// Takes the permit of a lease owned by `tenant` (any lease when auth is off,
+    /// signalled by `tenant = None`): `None` when unknown, expired or not the
+    /// tenant's.
+    pub fn take(&self, id: &str, tenant: Option<&str>) -> Option<Permit> {
+        let id = Id::parse(id)?;
+        let mut shard = self.shard(id.seq).lock();
+        let e = shard.map.get(&id.seq)?;
+        if e.tag != id.tag || (tenant.is_some() && e.tenant.as_deref() != tenant) {
+            return None;
+        }
+        shard.map.remove(&id.seq).map(|e| e.permit)
+    }
+
+    /// Releases every open lease of a reservation; `None` when it has none left or
+    /// is not the tenant's.
+    pub fn release_reservation(&self, id: &str, tenant: Option<&str>) -> Option<usize> {
+        let id = Id::parse(id)?;
+        let mut released = Vec::new();
+        for shard in &self.shards {
+            let mut s = shard.lock();
+            let hits: Vec<u64> = s
+                .map
+                .iter()
+                .filter(|(_, e)| {
+                    e.reservation == Some(id.seq)
+                        && (tenant.is_none() || e.tenant.as_deref() == tenant)
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            released.extend(
+                hits.iter()
+                    .filter_map(|k| s.map.remove(k))
+                    .map(|e| e.permit),
+            );
+        }
+        let n = released.len();
+        drop(released);
+        (n > 0).then_some(n)
+    }
+
+    /// Expires every lease whose deadline is at or before `now`; returns how many.
+    pub fn expire(&self, now: Instant) -> usize {
+        let mut expired = Vec::new();
+        for shard in &self.shards {
+            let s = &mut *shard.lock();
+            while let Some(&(at, seq)) = s.fifo.front().filter(|(at, _)| *at <= now) {
+                s.fifo.pop_front();
+                expired.extend(take_due(&mut s.map, seq, at));
+            }
+            while let Some(&(at, seq)) = s.sorted.first().filter(|(at, _)| *at <= now) {
+                s.sorted.pop_first();
+                expired.extend(take_due(&mut s.map, seq, at));
+            }
+        }
+        let n = expired.len();
+        for e in expired {
+            if e.reservation.is_none() {
+                e.permit.complete(Completion::new(Outcome::Timeout));
+            }
+        }
+        n
+    }
+
+    /// Releases every lease (at shutdown).
+    pub fn drain(&self) -> usize {
+        let mut n = 0;
+        for shard in &self.shards {
+            let taken = std::mem::take(&mut *shard.lock());
+            n += taken.map.len();
+        }
+        n
+    }
+
+    /// Open leases.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Whether no lease is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Removes the lease `seq` if it is still open and due at `at`.
+fn take_due(map: &mut HashMap<u64, Entry>, seq: u64, at: Instant) -> Option<Entry> {
+    match map.get(&seq) {
+        Some(e) if e.expires == at => map.remove(&seq),
+        _ => None,
+    }
+}
+
+/// Expires leases every [`REAP_EVERY`] until `leases` is dropped.
+pub fn spawn_reaper(leases: Weak<Leases>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REAP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let Some(leases) = leases.upgrade() else {
+                return;
+            };
+            let n = leases.expire(Instant::now());
+            if n > 0 {
+                tracing::debug!(expired = n, "leases expired");
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate::{Call, Engine, Policy};
+
+    fn engine() -> Engine {
+        Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 1").expect("policy"))
+    }
+
+    #[test]
+    fn ids_round_trip_and_strangers_are_not_found() {
+        let e = engine();
+        let l = Leases::default();
+        let p = e.try_admit(&Call::new("t")).expect("admitted");
+        let id = l.insert(NewLease {
+            permit: p,
+            tenant: Some("a"),
+            ttl: Duration::from_secs(60),
+            reservation: None,
+        });
+        let s = id.to_string();
+        assert_eq!(Id::parse(&s), Some(id));
+        assert!(l.take(&s, Some("b")).is_none(), "another tenant's lease");
+        assert!(l.take("0000000000000001ffffffffffffffff", None).is_none());
+        assert!(l.take(&s, Some("a")).is_some());
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn an_expired_lease_releases_its_concurrency() {
+        let e = engine();
+        let l = Leases::default();
+        let p = e.try_admit(&Call::new("t")).expect("admitted");
+        l.insert(NewLease {
+            permit: p,
+            tenant: None,
+            ttl: Duration::from_millis(10),
+            reservation: None,
+        });
+        assert!(e.try_admit(&Call::new("t")).is_err());
+        assert_eq!(l.expire(Instant::now()), 0);
+        assert_eq!(l.expire(Instant::now() + Duration::from_millis(11)), 1);
+        assert!(e.try_admit(&Call::new("t")).is_ok());
+    }
+
+    #[test]
+    fn a_shorter_ttl_after_a_longer_one_still_expires_on_time() {
+        let e = Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 3").expect("policy"));
+        let l = Leases::default();
+        let open = |ttl_ms| {
+            let permit = e.try_admit(&Call::new("t")).expect("admitted");
+            let ttl = Duration::from_millis(ttl_ms);
+            l.insert(NewLease {
+                permit,
+                tenant: None,
+                ttl,
+                reservation: None,
+            })
+        };
+        let long = open(60_000);
+        let _short = open(10);
+        let taken = open(10);
+        assert!(l.take(&taken.to_string(), None).is_some());
+        let t = Instant::now() + Duration::from_millis(20);
+        assert_eq!(l.expire(t), 1, "the short one, not the taken one");
+        assert_eq!(l.len(), 1);
+        assert!(l.take(&long.to_string(), None).is_some());
+    }
+}

@@ -1,0 +1,170 @@
+//! The IETF `RateLimit-Policy` and `RateLimit` headers
+//! (draft-ietf-httpapi-ratelimit-headers), for the request-rate quota of a tool.
+//!
+//! ```text
+//! RateLimit-Policy: "tools.lookup_customer.rate";q=2;w=1
+//! RateLimit: "tools.lookup_customer.rate";r=1;t=1
+//! ```
+//! `q` is the quota (the burst, or N of a sliding window), `w` the window in seconds,
+//! `r` what is left now and `t` the seconds until the quota is full again (on a 429,
+//! until the call could be admitted).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use toolgate::config::Window;
+use toolgate::{Engine, Policy, Rejection};
+
+/// `RateLimit-Policy` of every tool with a request rate.
+#[derive(Debug, Default)]
+pub struct Headers {
+    by_tool: HashMap<String, Info>,
+}
+
+#[derive(Debug)]
+struct Info {
+    path: String,
+    policy: HeaderValue,
+    q: u64,
+    per_token: Duration,
+    window: Duration,
+    sliding: bool,
+}
+
+static POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+// === impl Headers ===
+
+impl Headers {
+    /// The header info of every tool of `policy` with a `rate`.
+    pub fn new(policy: &Policy) -> Self {
+        let by_tool = policy
+            .tools
+            .iter()
+            .filter_map(|(name, t)| {
+                let rate = t.quota.rate?;
+                let sliding = t.quota.window == Window::Sliding;
+                let q = if sliding {
+                    rate.count()
+                } else {
+                    t.quota.burst.unwrap_or(rate.count())
+                };
+                let path = format!("tools.{}.rate", path_key(name));
+                let w = ceil_secs(rate.period());
+                let policy =
+                    HeaderValue::from_str(&format!("{};q={q};w={w}", sf_string(&path))).ok()?;
+                let per_token = rate.period() / u32::try_from(rate.count()).unwrap_or(u32::MAX);
+                Some((
+                    name.clone(),
+                    Info {
+                        path,
+                        policy,
+                        q,
+                        per_token,
+                        window: rate.period(),
+                        sliding,
+                    },
+                ))
+            })
+            .collect();
+        Self { by_tool }
+    }
+
+    /// Adds only `RateLimit-Policy` for `tool` (no live state read).
+    pub fn policy(&self, h: &mut HeaderMap, tool: &str) {
+        if let Some(info) = self.by_tool.get(tool) {
+            h.insert(POLICY.clone(), info.policy.clone());
+        }
+    }
+
+    /// Adds both headers for `tool` as it stands now (after an admission).
+    pub fn admitted(&self, h: &mut HeaderMap, engine: &Engine, tool: &str, tenant: Option<&str>) {
+        let Some(info) = self.by_tool.get(tool) else {
+            return;
+        };
+        let left = engine
+            .tool_state(tool, tenant)
+            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == info.path))
+            .and_then(|q| q.available)
+            .unwrap_or(0);
+        let t = if info.sliding {
+            ceil_secs(info.window)
+        } else {
+            ceil_secs(info.per_token * u32::try_from(info.q.saturating_sub(left)).unwrap_or(0))
+        };
+        info.put(h, left, t);
+    }
+
+    /// Adds the headers after a rejection.
+    pub fn rejected(
+        &self,
+        h: &mut HeaderMap,
+        engine: &Engine,
+        r: &Rejection,
+        tenant: Option<&str>,
+    ) {
+        match self.by_tool.get(r.tool()) {
+            Some(info) if info.path == r.quota() => {
+                let t = r.retry_after().map_or(ceil_secs(info.window), ceil_secs);
+                info.put(h, 0, t);
+            }
+            Some(_) => self.admitted(h, engine, r.tool(), tenant),
+            None => {}
+        }
+    }
+}
+
+impl Info {
+    fn put(&self, h: &mut HeaderMap, r: u64, t: u64) {
+        h.insert(POLICY.clone(), self.policy.clone());
+        if let Ok(v) = HeaderValue::from_str(&format!("{};r={r};t={t}", sf_string(&self.path))) {
+            h.insert(RATELIMIT.clone(), v);
+        }
+    }
+}
+
+/// A tool name as the core writes it in quota paths: bare when it is made of
+/// letters, digits, `_` and `-`, quoted otherwise (`tools."mcp:github/x".rate`).
+fn path_key(name: &str) -> String {
+    let simple = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if simple {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// A structured-field string: quoted, with `\` and `"` escaped.
+fn sf_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Whole seconds, rounded up.
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate::Call;
+
+    #[test]
+    fn headers_name_the_tools_rate_quota_and_what_is_left() {
+        let policy = Policy::from_toml_str("[tools.t]\nrate = \"2/s\"\nburst = 4").expect("policy");
+        let engine = Engine::new(policy.clone());
+        let headers = Headers::new(&policy);
+        let _p = engine.try_admit(&Call::new("t")).expect("admitted");
+        let mut h = HeaderMap::new();
+        headers.admitted(&mut h, &engine, "t", None);
+        assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
+        assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
+        assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+    }
+}

@@ -1,0 +1,209 @@
+//! `toolgate serve`: load the config, bind, serve until SIGTERM/SIGINT, reload on
+//! SIGHUP.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::settings::{Loaded, DEFAULT_LISTEN};
+use crate::state::{AppState, Source};
+use crate::store::Store;
+
+/// Exit code for an invalid config (as `check`).
+pub const EXIT_INVALID_CONFIG: u8 = 1;
+/// Exit code when the gateway cannot start as asked (store not available, unsafe
+/// listen address, address in use).
+pub const EXIT_CANNOT_START: u8 = 2;
+
+/// What `toolgate serve` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The config file; `None`: the bundled example.
+    pub config: Option<PathBuf>,
+    /// The listen address (wins over `[gateway] listen`).
+    pub listen: Option<SocketAddr>,
+    /// The store URL (wins over `[store] url`).
+    pub store: Option<String>,
+    /// Allow a non-loopback address with no tokens configured.
+    pub allow_unauthenticated: bool,
+}
+
+/// Runs the gateway until it is told to stop.
+pub fn run(opts: Options) -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolgate: cannot start a runtime: {e}");
+            return ExitCode::from(EXIT_CANNOT_START);
+        }
+    };
+    rt.block_on(serve(opts))
+}
+
+async fn serve(opts: Options) -> ExitCode {
+    let source = opts.config.clone().map_or(Source::Bundled, Source::File);
+    let name = opts
+        .config
+        .as_ref()
+        .map_or("the bundled example config".to_string(), |p| {
+            p.display().to_string()
+        });
+    let loaded = match source.load() {
+        Ok(l) => l,
+        Err(e) => return invalid(&name, &e.0),
+    };
+    let store = match store_of(&opts, &loaded) {
+        Ok(s) => s,
+        Err(msg) => return cannot_start(&msg),
+    };
+    let listen = match listen_of(&opts, &loaded) {
+        Ok(a) => a,
+        Err(msg) => return cannot_start(&msg),
+    };
+    let auth = !loaded.settings.tokens.is_empty();
+    let state = match AppState::new(source, loaded, &store) {
+        Ok(s) => s,
+        Err(e) => return invalid(&name, &e.0),
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => return cannot_start(&format!("cannot listen on {listen}: {e}")),
+    };
+    let addr = listener.local_addr().unwrap_or(listen);
+    announce(addr, &name, auth);
+    spawn_reload_on_hangup(state.clone());
+    let app = crate::app::router(state.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    let released = state.leases().drain();
+    tracing::info!(released, "stopped; open leases released");
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => cannot_start(&format!("server error: {e}")),
+    }
+}
+
+fn invalid(name: &str, errors: &[String]) -> ExitCode {
+    eprintln!("{name}: {} error(s)", errors.len());
+    for e in errors {
+        eprintln!("  {e}");
+    }
+    ExitCode::from(EXIT_INVALID_CONFIG)
+}
+
+fn cannot_start(msg: &str) -> ExitCode {
+    eprintln!("toolgate: {msg}");
+    ExitCode::from(EXIT_CANNOT_START)
+}
+
+fn store_of(opts: &Options, loaded: &Loaded) -> Result<Store, String> {
+    let url = opts
+        .store
+        .clone()
+        .or_else(|| loaded.policy.store.as_ref().map(|s| s.url.clone()))
+        .unwrap_or_else(|| "memory".into());
+    Store::parse(&url).map_err(|e| e.0)
+}
+
+fn listen_of(opts: &Options, loaded: &Loaded) -> Result<SocketAddr, String> {
+    let s = &loaded.settings;
+    let addr = match opts.listen.or(s.listen) {
+        Some(a) => a,
+        None => DEFAULT_LISTEN
+            .parse()
+            .map_err(|e| format!("bad default listen address: {e}"))?,
+    };
+    let open = s.tokens.is_empty() && !(opts.allow_unauthenticated || s.allow_unauthenticated);
+    if open && !addr.ip().is_loopback() {
+        return Err(format!(
+            "refusing to listen on {addr} without authentication: no [[gateway.tokens]] are \
+             configured, so the gateway listens on loopback only. Configure tokens, or pass \
+             --allow-unauthenticated to serve {addr} without them"
+        ));
+    }
+    Ok(addr)
+}
+
+fn announce(addr: SocketAddr, name: &str, auth: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "toolgate listening on http://{addr} (config: {name})");
+    if auth {
+        let _ = writeln!(out, "auth: bearer tokens required (GET /healthz is open)");
+    } else {
+        let _ = writeln!(
+            out,
+            "auth: none configured; listening on loopback only unless --allow-unauthenticated"
+        );
+    }
+    let bearer = if auth {
+        "-H 'Authorization: Bearer <token>' "
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "try:  curl -s {bearer}-X POST http://{addr}/v1/admit -d '{{\"tool\":\"lookup_customer\"}}'"
+    );
+    let _ = writeln!(out, "dashboard: http://{addr}/");
+    let _ = out.flush();
+}
+
+#[cfg(unix)]
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("shutting down: no new connections, draining requests");
+}
+
+#[cfg(not(unix))]
+async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(unix)]
+fn spawn_reload_on_hangup(state: AppState) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload with POST /v1/admin/reload");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match state.reload() {
+                Ok(tools) => tracing::info!(tools, "SIGHUP: config reloaded"),
+                Err(e) => {
+                    tracing::warn!("SIGHUP: new config refused, the old one stays in force");
+                    for line in &e.0 {
+                        eprintln!("  {line}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[cfg(not(unix))]
+fn spawn_reload_on_hangup(_state: AppState) {}

@@ -1,0 +1,378 @@
+//! The gateway's own settings (`[gateway]`) and loading a config file.
+//!
+//! The core config rejects unknown keys, so the gateway takes its `[gateway]` table
+//! out of the file first and hands the rest to [`Config::from_value`]. Errors of both
+//! parts are reported together, each with its path.
+//!
+//! ```toml
+//! [gateway]
+//! listen = "127.0.0.1:8787"      # overridden by --listen
+//! lease_ttl = "60s"              # default TTL of a lease
+//! body_limit = 65536             # bytes; larger bodies get 413
+//! request_timeout = "30s"        # per-request bound (waits are clamped to it)
+//! protect_metrics = false        # require a token for GET /metrics
+//! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
+//! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
+//!
+//! [[gateway.tokens]]
+//! tenant = "acme"
+//! sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//! admin = true                   # may call POST /v1/admin/reload
+//! ```
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+use toolgate::config::Config;
+use toolgate::Policy;
+
+/// The default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// Settings of the gateway itself, from `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Where to listen (`--listen` wins).
+    pub listen: Option<SocketAddr>,
+    /// Default TTL of a lease.
+    pub lease_ttl: Duration,
+    /// Largest accepted request body, in bytes.
+    pub body_limit: usize,
+    /// Bound on every request.
+    pub request_timeout: Duration,
+    /// Whether `GET /metrics` needs a token (when tokens are configured).
+    pub protect_metrics: bool,
+    /// Whether a non-loopback address may be used with no tokens configured.
+    pub allow_unauthenticated: bool,
+    /// Whether admitted answers carry `RateLimit` (what is left), which costs a live
+    /// state snapshot per admission; `RateLimit-Policy` is always sent.
+    pub ratelimit_remaining: bool,
+    /// Bearer tokens, each bound to a tenant.
+    pub tokens: Vec<TokenEntry>,
+}
+
+/// A bearer token, stored as the SHA-256 of the token, hex encoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokenEntry {
+    /// The tenant whose calls this token makes.
+    pub tenant: String,
+    /// SHA-256 of the token, 32 bytes.
+    pub sha256: [u8; 32],
+    /// Whether the token may reload the config.
+    pub admin: bool,
+}
+
+/// A config file split into the policy and the gateway's settings.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The admission policy.
+    pub policy: Policy,
+    /// The gateway's settings.
+    pub settings: Settings,
+}
+
+/// Every problem of a config file, each with its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadErrors(pub Vec<String>);
+
+// === impl Settings ===
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            lease_ttl: Duration::from_secs(60),
+            body_limit: 64 * 1024,
+            request_timeout: Duration::from_secs(30),
+            protect_metrics: false,
+            allow_unauthenticated: false,
+            ratelimit_remaining: true,
+            tokens: Vec::new(),
+        }
+    }
+}
+
+impl Settings {
+    fn parse(v: &Value, errors: &mut Vec<String>) -> Self {
+        let mut s = Self::default();
+        let Some(table) = v.as_object() else {
+            errors.push(format!("gateway: expected a table, got {v}"));
+            return s;
+        };
+        for (key, v) in table {
+            let path = format!("gateway.{key}");
+            let r = match key.as_str() {
+                "listen" => str_of(v).and_then(|t| {
+                    t.parse()
+                        .map(|a| s.listen = Some(a))
+                        .map_err(|e| format!("{t:?}: not a socket address ({e})"))
+                }),
+                "lease_ttl" => duration(v).map(|d| s.lease_ttl = d),
+                "request_timeout" => duration(v).map(|d| s.request_timeout = d),
+                "body_limit" => v
+                    .as_u64()
+                    .filter(|n| (64..=64 * 1024 * 1024).contains(n))
+                    .map(|n| s.body_limit = n as usize)
+                    .ok_or_else(|| format!("{v}: expected a byte count from 64 to 67108864")),
+                "protect_metrics" => bool_of(v).map(|b| s.protect_metrics = b),
+                "allow_unauthenticated" => bool_of(v).map(|b| s.allow_unauthenticated = b),
+                "ratelimit_remaining" => bool_of(v).map(|b| s.ratelimit_remaining = b),
+                "tokens" => {
+                    s.tokens = tokens(v, errors);
+                    Ok(())
+                }
+                _ => Err(
+                    "unknown key (expected one of: allow_unauthenticated, body_limit, \
+                          lease_ttl, listen, protect_metrics, ratelimit_remaining, \
+                          request_timeout, tokens)"
+                        .to_string(),
+                ),
+            };
+            if let Err(e) = r {
+                errors.push(format!("{path}: {e}"));
+            }
+        }
+        s
+    }
+}
+
+fn tokens(v: &Value, errors: &mut Vec<String>) -> Vec<TokenEntry> {
+    let Some(list) = v.as_array() else {
+        errors.push(format!(
+            "gateway.tokens: expected an array of tables ([[gateway.tokens]]), got {v}"
+        ));
+        return Vec::new();
+    };
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, t)| token(t, &format!("gateway.tokens[{i}]"), errors))
+        .collect()
+}
+
+fn token(v: &Value, path: &str, errors: &mut Vec<String>) -> Option<TokenEntry> {
+    let Some(t) = v.as_object() else {
+        errors.push(format!("{path}: expected a table, got {v}"));
+        return None;
+    };
+    let before = errors.len();
+    for key in t.keys() {
+        if !["tenant", "sha256", "admin"].contains(&key.as_str()) {
+            errors.push(format!(
+                "{path}.{key}: unknown key (expected one of: admin, sha256, tenant)"
+            ));
+        }
+    }
+    let tenant = match t.get("tenant").map(str_of) {
+        Some(Ok(s)) if !s.is_empty() => s.to_string(),
+        Some(Ok(_)) => {
+            errors.push(format!("{path}.tenant: must not be empty"));
+            String::new()
+        }
+        Some(Err(e)) => {
+            errors.push(format!("{path}.tenant: {e}"));
+            String::new()
+        }
+        None => {
+            errors.push(format!(
+                "{path}.tenant: missing: a token is bound to a tenant"
+            ));
+            String::new()
+        }
+    };
+    let sha256 = match t.get("sha256").map(str_of) {
+        Some(Ok(h)) => parse_sha256(h).unwrap_or_else(|e| {
+            errors.push(format!("{path}.sha256: {e}"));
+            [0; 32]
+        }),
+        Some(Err(e)) => {
+            errors.push(format!("{path}.sha256: {e}"));
+            [0; 32]
+        }
+        None => {
+            errors.push(format!(
+                "{path}.sha256: missing: the SHA-256 of the token, hex encoded"
+            ));
+            [0; 32]
+        }
+    };
+    let admin = match t.get("admin").map(bool_of) {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => {
+            errors.push(format!("{path}.admin: {e}"));
+            false
+        }
+        None => false,
+    };
+    (errors.len() == before).then_some(TokenEntry {
+        tenant,
+        sha256,
+        admin,
+    })
+}
+
+fn parse_sha256(h: &str) -> Result<[u8; 32], String> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(h, &mut out)
+        .map_err(|e| format!("{h:?}: expected 64 hex digits (the SHA-256 of the token): {e}"))?;
+    Ok(out)
+}
+
+fn str_of(v: &Value) -> Result<&str, String> {
+    v.as_str()
+        .ok_or_else(|| format!("expected a string, got {v}"))
+}
+
+fn bool_of(v: &Value) -> Result<bool, String> {
+    v.as_bool()
+        .ok_or_else(|| format!("expected true or false, got {v}"))
+}
+
+fn duration(v: &Value) -> Result<Duration, String> {
+    let s = str_of(v)?;
+    match humantime::parse_duration(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!("{s:?}: must be longer than zero")),
+        Err(e) => Err(format!("{s:?}: not a duration such as \"60s\" ({e})")),
+    }
+}
+
+// === impl Loaded ===
+
+impl Loaded {
+    /// Reads a config file (TOML, or JSON when its name ends in `.json`).
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read or parsed, with every invalid value listed.
+    pub fn from_path(path: &Path) -> Result<Self, LoadErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LoadErrors(vec![format!("cannot read {}: {e}", path.display())]))?;
+        if path.extension().is_some_and(|e| e == "json") {
+            Self::from_json_str(&text)
+        } else {
+            Self::from_toml_str(&text)
+        }
+    }
+
+    /// Parses a TOML config with an optional `[gateway]` table.
+    ///
+    /// # Errors
+    ///
+    /// As [`Loaded::from_path`].
+    pub fn from_toml_str(text: &str) -> Result<Self, LoadErrors> {
+        let value: toml::Value =
+            toml::from_str(text).map_err(|e| LoadErrors(vec![format!("invalid TOML: {e}")]))?;
+        let json = serde_json::to_value(value)
+            .map_err(|e| LoadErrors(vec![format!("invalid TOML: {e}")]))?;
+        Self::from_value(json)
+    }
+
+    /// Parses a JSON config with an optional `gateway` object.
+    ///
+    /// # Errors
+    ///
+    /// As [`Loaded::from_path`].
+    pub fn from_json_str(text: &str) -> Result<Self, LoadErrors> {
+        let json: Value = serde_json::from_str(text)
+            .map_err(|e| LoadErrors(vec![format!("invalid JSON: {e}")]))?;
+        Self::from_value(json)
+    }
+
+    /// Splits a value tree into settings and policy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Loaded::from_path`].
+    pub fn from_value(mut json: Value) -> Result<Self, LoadErrors> {
+        let mut errors = Vec::new();
+        let gateway = json.as_object_mut().and_then(|o| o.remove("gateway"));
+        let settings = gateway
+            .map(|g| Settings::parse(&g, &mut errors))
+            .unwrap_or_default();
+        let policy = match Config::from_value(&json) {
+            Ok(c) => Policy::new(c).map_err(|e| errors.extend(lines(&e))).ok(),
+            Err(e) => {
+                errors.extend(lines(&e));
+                None
+            }
+        };
+        if let Some(p) = &policy {
+            // Schemas are compiled here too, so `toolgate check` reports bad ones.
+            if let Err(e) = crate::upstream::Upstream::compile_all(p) {
+                errors.extend(e);
+            }
+        }
+        match policy {
+            Some(policy) if errors.is_empty() => Ok(Self { policy, settings }),
+            _ => {
+                errors.sort();
+                Err(LoadErrors(errors))
+            }
+        }
+    }
+}
+
+fn lines(e: &toolgate::config::ConfigErrors) -> Vec<String> {
+    e.errors().iter().map(ToString::to_string).collect()
+}
+
+// === impl LoadErrors ===
+
+impl std::fmt::Display for LoadErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("\n"))
+    }
+}
+
+impl std::error::Error for LoadErrors {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateway_table_is_taken_out_before_the_policy_is_checked() {
+        let l = Loaded::from_toml_str(
+            "[gateway]\nlease_ttl = \"2s\"\n[[gateway.tokens]]\ntenant = \"acme\"\n\
+             sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n\
+             [tools.t]\nrate = \"1/s\"\n",
+        )
+        .expect("valid");
+        assert_eq!(l.settings.lease_ttl, Duration::from_secs(2));
+        assert_eq!(l.settings.tokens[0].tenant, "acme");
+        assert!(l.policy.tools.contains_key("t"));
+    }
+
+    #[test]
+    fn errors_of_both_parts_are_listed_with_their_paths() {
+        let e = Loaded::from_toml_str(
+            "[gateway]\nlease_ttl = \"soon\"\nbogus = 1\n[[gateway.tokens]]\ntenant = \"a\"\n\
+             sha256 = \"xyz\"\n[tools.t]\nrate = \"0/s\"\n",
+        )
+        .expect_err("invalid");
+        let text = e.to_string();
+        assert!(text.contains("gateway.lease_ttl: \"soon\""), "{text}");
+        assert!(text.contains("gateway.bogus: unknown key"), "{text}");
+        assert!(text.contains("gateway.tokens[0].sha256: \"xyz\""), "{text}");
+        assert!(text.contains("tools.t.rate: \"0/s\""), "{text}");
+        assert_eq!(e.0.len(), 4, "{text}");
+    }
+
+    #[test]
+    fn an_invalid_json_schema_is_a_config_error() {
+        let e = Loaded::from_toml_str(
+            "[tools.t.upstream]\nurl = \"http://127.0.0.1:1/x\"\n\
+             arguments_schema = { type = \"no-such-type\" }\n",
+        )
+        .expect_err("invalid schema");
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert!(
+            e.0[0].starts_with("tools.t.upstream.arguments_schema: invalid JSON Schema"),
+            "{e}"
+        );
+    }
+}

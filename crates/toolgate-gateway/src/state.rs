@@ -1,0 +1,188 @@
+//! The gateway's shared state: the engine, open leases and what a reload swaps.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, Guard};
+use metrics_exporter_prometheus::PrometheusHandle;
+use toolgate::Engine;
+
+use crate::auth::Auth;
+use crate::leases::Leases;
+use crate::ratelimit::Headers;
+use crate::settings::{LoadErrors, Loaded, Settings};
+use crate::store::Store;
+use crate::upstream::Upstream;
+
+/// Where the config comes from, and is read again on reload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The bundled example config.
+    Bundled,
+    /// A config file.
+    File(PathBuf),
+    /// A config given as text (tests); reload reads it again unchanged.
+    Text(String),
+}
+
+/// The gateway's state, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    engine: Engine,
+    leases: Arc<Leases>,
+    live: ArcSwap<Live>,
+    source: Source,
+    http: reqwest::Client,
+    metrics: PrometheusHandle,
+    body_limit: usize,
+    request_timeout: Duration,
+}
+
+/// What a reload replaces at once.
+#[derive(Debug)]
+pub struct Live {
+    /// The gateway's settings.
+    pub settings: Settings,
+    /// Who may call.
+    pub auth: Auth,
+    /// Upstreams by tool.
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+    /// `RateLimit-Policy` by tool.
+    pub headers: Headers,
+}
+
+// === impl Source ===
+
+impl Source {
+    /// Reads and validates the config.
+    ///
+    /// # Errors
+    ///
+    /// Every problem of the config, each with its path.
+    pub fn load(&self) -> Result<Loaded, LoadErrors> {
+        match self {
+            Self::Bundled => Loaded::from_toml_str(crate::EXAMPLE_CONFIG),
+            Self::File(p) => Loaded::from_path(p),
+            Self::Text(t) => Loaded::from_toml_str(t),
+        }
+    }
+}
+
+// === impl Live ===
+
+impl Live {
+    fn new(loaded: &Loaded, upstreams: HashMap<String, Arc<Upstream>>) -> Self {
+        Self {
+            settings: loaded.settings.clone(),
+            auth: Auth::new(loaded.settings.tokens.clone()),
+            upstreams,
+            headers: Headers::new(&loaded.policy),
+        }
+    }
+}
+
+// === impl AppState ===
+
+impl AppState {
+    /// Builds the state from a loaded config, and starts the lease reaper (so it must
+    /// run inside a tokio runtime). Install the metrics recorder first
+    /// ([`crate::metrics::install`]).
+    ///
+    /// # Errors
+    ///
+    /// When a schema of an upstream is invalid.
+    pub fn new(source: Source, loaded: Loaded, store: &Store) -> Result<Self, LoadErrors> {
+        let metrics = crate::metrics::install();
+        let upstreams = Upstream::compile_all(&loaded.policy).map_err(LoadErrors)?;
+        crate::metrics::publish_circuits(&loaded.policy);
+        let live = Live::new(&loaded, upstreams);
+        let leases = Arc::new(Leases::default());
+        crate::leases::spawn_reaper(Arc::downgrade(&leases));
+        Ok(Self(Arc::new(Inner {
+            engine: store.engine(loaded.policy),
+            leases,
+            body_limit: live.settings.body_limit,
+            request_timeout: live.settings.request_timeout,
+            live: ArcSwap::from_pointee(live),
+            source,
+            http: reqwest::Client::new(),
+            metrics,
+        })))
+    }
+
+    /// A state for a TOML config given as text, on the in-memory store.
+    ///
+    /// # Errors
+    ///
+    /// Every problem of the config.
+    pub fn from_toml(text: &str) -> Result<Self, LoadErrors> {
+        let loaded = Loaded::from_toml_str(text)?;
+        Self::new(Source::Text(text.to_string()), loaded, &Store::Memory)
+    }
+
+    /// Reads the config again and puts it in force, keeping the state of unchanged
+    /// quotas. Returns the number of tools.
+    ///
+    /// # Errors
+    ///
+    /// The new config's problems; the old config stays in force.
+    pub fn reload(&self) -> Result<usize, LoadErrors> {
+        let loaded = self.0.source.load()?;
+        self.apply(loaded)
+    }
+
+    /// Puts a loaded config in force (see [`AppState::reload`]).
+    ///
+    /// # Errors
+    ///
+    /// When a schema of an upstream is invalid; nothing changes then.
+    pub fn apply(&self, loaded: Loaded) -> Result<usize, LoadErrors> {
+        let upstreams = Upstream::compile_all(&loaded.policy).map_err(LoadErrors)?;
+        crate::metrics::publish_circuits(&loaded.policy);
+        let live = Live::new(&loaded, upstreams);
+        let tools = loaded.policy.tools.len();
+        self.0.engine.apply(loaded.policy);
+        self.0.live.store(Arc::new(live));
+        Ok(tools)
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.0.engine
+    }
+
+    /// Open leases.
+    pub fn leases(&self) -> &Leases {
+        &self.0.leases
+    }
+
+    /// Settings, auth and upstreams in force.
+    pub fn live(&self) -> Guard<Arc<Live>> {
+        self.0.live.load()
+    }
+
+    /// The HTTP client for upstreams.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.0.http
+    }
+
+    /// The Prometheus handle.
+    pub fn metrics(&self) -> &PrometheusHandle {
+        &self.0.metrics
+    }
+
+    /// The body limit fixed at startup.
+    pub fn body_limit(&self) -> usize {
+        self.0.body_limit
+    }
+
+    /// The request timeout fixed at startup.
+    pub fn request_timeout(&self) -> Duration {
+        self.0.request_timeout
+    }
+}

@@ -1,0 +1,212 @@
+//! Executing a call against a tool's `[tools.X.upstream]`.
+//!
+//! [`execute`] is the single place where the gateway runs a tool, so the resilience
+//! pipeline (circuit breaker, retries) can wrap or replace it without touching the
+//! HTTP handlers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+use toolgate::config::UpstreamConfig;
+use toolgate::{Outcome, Policy};
+
+/// A tool's upstream with its schemas compiled.
+#[derive(Debug)]
+pub struct Upstream {
+    /// The config it was built from.
+    pub config: UpstreamConfig,
+    method: Method,
+    arguments: Option<jsonschema::Validator>,
+    result: Option<jsonschema::Validator>,
+}
+
+/// Why an execution did not produce a usable result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer within the upstream's timeout.
+    Timeout(Duration),
+    /// No connection, or a broken response.
+    Transport(String),
+    /// The upstream answered with a non-2xx status.
+    Status(u16, String),
+    /// The answer is not JSON or fails the result schema.
+    Invalid(String),
+}
+
+/// A usable upstream answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Success {
+    /// The upstream's HTTP status.
+    pub status: u16,
+    /// Its JSON body (`null` when empty).
+    pub result: Value,
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// Compiles the upstreams of every tool of `policy`; errors carry config paths.
+    ///
+    /// # Errors
+    ///
+    /// Every schema that is not a valid JSON Schema.
+    pub fn compile_all(policy: &Policy) -> Result<HashMap<String, Arc<Upstream>>, Vec<String>> {
+        let mut out = HashMap::new();
+        let mut errors = Vec::new();
+        for (name, tool) in &policy.tools {
+            let Some(u) = &tool.upstream else { continue };
+            let path = format!("tools.{name}.upstream");
+            let mut schema = |key: &str, s: &Option<Value>| {
+                s.as_ref().and_then(|s| {
+                    jsonschema::validator_for(s)
+                        .map_err(|e| errors.push(format!("{path}.{key}: invalid JSON Schema: {e}")))
+                        .ok()
+                })
+            };
+            let arguments = schema("arguments_schema", &u.arguments_schema);
+            let result = schema("result_schema", &u.result_schema);
+            let method = Method::from_bytes(u.method.as_bytes()).unwrap_or(Method::POST);
+            out.insert(
+                name.clone(),
+                Arc::new(Upstream {
+                    config: u.clone(),
+                    method,
+                    arguments,
+                    result,
+                }),
+            );
+        }
+        if errors.is_empty() {
+            Ok(out)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Checks call arguments against the tool's argument schema.
+    ///
+    /// # Errors
+    ///
+    /// Every violation, with its JSON pointer.
+    pub fn check_arguments(&self, args: &Value) -> Result<(), String> {
+        check(self.arguments.as_ref(), args, "arguments")
+    }
+
+    fn check_result(&self, result: &Value) -> Result<(), String> {
+        check(self.result.as_ref(), result, "result")
+    }
+}
+
+fn check(v: Option<&jsonschema::Validator>, value: &Value, what: &str) -> Result<(), String> {
+    let Some(v) = v else { return Ok(()) };
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| {
+            let at = e.instance_path.to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            format!("{at}: {e}")
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {what} do not match the tool's schema: {}",
+            errors.join("; ")
+        ))
+    }
+}
+
+// === impl Failure ===
+
+impl Failure {
+    /// The outcome the permit is completed with.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Timeout(_) => Outcome::Timeout,
+            Self::Transport(_) | Self::Status(..) => Outcome::Error,
+            Self::Invalid(_) => Outcome::Invalid,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout(d) => write!(f, "the upstream did not answer within {}ms", d.as_millis()),
+            Self::Transport(e) => write!(f, "the upstream could not be reached: {e}"),
+            Self::Status(s, body) => write!(f, "the upstream answered {s}: {body}"),
+            Self::Invalid(e) => write!(f, "the upstream's result is invalid: {e}"),
+        }
+    }
+}
+
+/// Runs one call against the upstream: the arguments are the JSON body (for `GET`,
+/// the query string), the idempotency key goes in `Idempotency-Key`, and the answer
+/// must be JSON matching the result schema.
+///
+/// # Errors
+///
+/// A [`Failure`], whose [`Failure::outcome`] completes the permit.
+pub async fn execute(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    arguments: &Value,
+    idempotency_key: Option<&str>,
+) -> Result<Success, Failure> {
+    let u = &upstream.config;
+    let mut req = client
+        .request(upstream.method.clone(), &u.url)
+        .timeout(u.timeout);
+    for (k, v) in &u.headers {
+        req = req.header(k, v);
+    }
+    if let Some(key) = idempotency_key {
+        req = req.header("Idempotency-Key", key);
+    }
+    req = if upstream.method == Method::GET {
+        req.query(&query_of(arguments))
+    } else {
+        req.json(arguments)
+    };
+    let res = req.send().await.map_err(|e| transport(e, u.timeout))?;
+    let status = res.status().as_u16();
+    let bytes = res.bytes().await.map_err(|e| transport(e, u.timeout))?;
+    if !(200..300).contains(&status) {
+        let body = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+        return Err(Failure::Status(status, body));
+    }
+    let result = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Failure::Invalid(format!("the result is not JSON: {e}")))?
+    };
+    upstream.check_result(&result).map_err(Failure::Invalid)?;
+    Ok(Success { status, result })
+}
+
+fn transport(e: reqwest::Error, timeout: Duration) -> Failure {
+    if e.is_timeout() {
+        Failure::Timeout(timeout)
+    } else {
+        Failure::Transport(e.without_url().to_string())
+    }
+}
+
+fn query_of(arguments: &Value) -> Vec<(String, String)> {
+    arguments
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => (k.clone(), s.clone()),
+                    other => (k.clone(), other.to_string()),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,231 @@
+//! The `toolgate serve` process: address and curl on stdout, exit codes, SIGHUP
+//! reload and graceful shutdown.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn toolgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+}
+
+/// Starts `toolgate serve` and reads its address from stdout.
+fn serve(args: &[&str]) -> (Child, String, Vec<String>) {
+    let mut child = toolgate()
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn toolgate");
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = Vec::new();
+    let mut base = None;
+    for line in BufReader::new(out).lines().take(4) {
+        let line = line.expect("line");
+        if let Some(rest) = line.strip_prefix("toolgate listening on ") {
+            base = rest.split_whitespace().next().map(str::to_string);
+        }
+        lines.push(line);
+    }
+    (child, base.expect("address line"), lines)
+}
+
+#[cfg(unix)]
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok);
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    for _ in 0..500 {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("toolgate did not exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_prints_its_address_and_a_curl_and_serves_the_bundled_config() {
+    let (mut child, base, lines) = serve(&[]);
+    assert!(base.starts_with("http://127.0.0.1:"), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("curl -s -X POST") && l.contains(&base)),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("loopback only")),
+        "{lines:?}"
+    );
+    let http = reqwest::Client::new();
+    let health = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(health.status(), 200);
+    let tools: serde_json::Value = http
+        .get(format!("{base}/v1/tools"))
+        .send()
+        .await
+        .expect("tools")
+        .json()
+        .await
+        .expect("json");
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["tool"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["get_payment_status", "lookup_customer", "search_documents"]
+    );
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("toolgate_admissions_total{tool=\"lookup_customer\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("toolgate_circuit_state{tool=\"lookup_customer\"} 0"),
+        "{metrics}"
+    );
+    #[cfg(unix)]
+    {
+        signal(&child, "-TERM");
+        assert!(wait_exit(&mut child).success(), "graceful shutdown exits 0");
+    }
+    #[cfg(not(unix))]
+    let _ = child.kill();
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_file_keeping_state() {
+    let dir = std::env::temp_dir().join(format!("toolgate-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("c.toml");
+    std::fs::write(&path, "[tools.a]\nrate = \"1/min\"\n").expect("write");
+    let (mut child, base, _) = serve(&["--config", path.to_str().expect("utf-8")]);
+    let http = reqwest::Client::new();
+    let admit = |tool: &'static str| {
+        let http = http.clone();
+        let url = format!("{base}/v1/admit");
+        async move {
+            http.post(url)
+                .json(&serde_json::json!({"tool": tool}))
+                .send()
+                .await
+                .expect("admit")
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(admit("a").await, 200);
+    std::fs::write(
+        &path,
+        "[tools.a]\nrate = \"1/min\"\n[tools.b]\nrate = \"1/min\"\n",
+    )
+    .expect("write");
+    signal(&child, "-HUP");
+    let mut seen = false;
+    for _ in 0..500 {
+        let r = http
+            .get(format!("{base}/v1/tools/b"))
+            .send()
+            .await
+            .expect("get");
+        if r.status() == 200 {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen, "b appears after SIGHUP");
+    assert_eq!(admit("a").await, 429, "a's state was kept");
+    signal(&child, "-INT");
+    assert!(wait_exit(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_invalid_config_exits_1_listing_every_error() {
+    let dir = std::env::temp_dir().join(format!("toolgate-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[gateway]\nlease_ttl = \"never\"\n[tools.x]\nrate = \"0/s\"\nbrust = 1\n",
+    )
+    .expect("write");
+    let out = toolgate()
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 error(s)"), "{err}");
+    assert!(err.contains("gateway.lease_ttl: \"never\""), "{err}");
+    assert!(err.contains("tools.x.brust: unknown key"), "{err}");
+    assert!(
+        err.contains("tools.x.rate: \"0/s\": the request count must be at least 1"),
+        "{err}"
+    );
+    let check = toolgate()
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(check.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_redis_store_is_refused_with_exit_2_in_this_build() {
+    let out = toolgate()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "redis://127.0.0.1:1",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the Redis store is not available in this build"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_public_address_without_tokens_is_refused_unless_allowed() {
+    let out = toolgate()
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without authentication"), "{err}");
+}

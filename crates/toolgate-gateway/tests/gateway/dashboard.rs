@@ -1,0 +1,145 @@
+//! The dashboard in headless Chromium: it loads, shows one row per configured tool,
+//! and updates after admits; the screenshot is saved under `target/artifacts/`.
+//!
+//! Without a `chromium` binary the test says so and passes, unless
+//! `TOOLGATE_REQUIRE_CHROMIUM=1` (set by `scripts/test.d/40-gateway.sh`, which
+//! installs Chromium when it is missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::start;
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join(name))
+                    .find(|p| p.is_file())
+            })
+        })
+}
+
+fn run(chrome: &Path, profile: &Path, what: &[&str], url: &str) -> String {
+    let out = Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--window-size=1280,720",
+            "--virtual-time-budget=4000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(what)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the cell with `class` in the row of `tool`.
+fn cell(dom: &str, tool: &str, class: &str) -> Option<String> {
+    let row = dom.split(&format!("data-tool=\"{tool}\"")).nth(1)?;
+    let row = row.split("</tr>").next()?;
+    let cell = row.split(&format!("class=\"{class}\">")).nth(1)?;
+    Some(cell.split('<').next()?.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
+            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
+        );
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/40-gateway.sh installs it");
+        return;
+    };
+    let s = start(toolgate_gateway::EXAMPLE_CONFIG).await;
+    let profile = std::env::temp_dir().join(format!("toolgate-chromium-{}", std::process::id()));
+    let url = format!("{}/", s.base);
+
+    let chrome2 = chrome.clone();
+    let (p2, u2) = (profile.join("a"), url.clone());
+    let before = tokio::task::spawn_blocking(move || run(&chrome2, &p2, &["--dump-dom"], &u2))
+        .await
+        .expect("join");
+    for tool in ["get_payment_status", "lookup_customer", "search_documents"] {
+        assert!(
+            before.contains(&format!("data-tool=\"{tool}\"")),
+            "row for {tool}: {before}"
+        );
+    }
+    assert_eq!(before.matches("<tr data-tool=").count(), 3, "{before}");
+    assert_eq!(
+        cell(&before, "lookup_customer", "admitted").as_deref(),
+        Some("0"),
+        "{before}"
+    );
+    assert_eq!(
+        cell(&before, "lookup_customer", "tokens").as_deref(),
+        Some("2 / 2"),
+        "{before}"
+    );
+
+    for _ in 0..3 {
+        s.post("/v1/admit", json!({"tool": "lookup_customer"}))
+            .await;
+    }
+    for _ in 0..4 {
+        s.post("/v1/admit", json!({"tool": "search_documents"}))
+            .await;
+    }
+
+    let chrome3 = chrome.clone();
+    let (p3, u3) = (profile.join("b"), url.clone());
+    let after = tokio::task::spawn_blocking(move || run(&chrome3, &p3, &["--dump-dom"], &u3))
+        .await
+        .expect("join");
+    assert_eq!(
+        cell(&after, "lookup_customer", "admitted").as_deref(),
+        Some("2"),
+        "{after}"
+    );
+    assert_eq!(
+        cell(&after, "lookup_customer", "rejected").as_deref(),
+        Some("1"),
+        "{after}"
+    );
+    assert_eq!(
+        cell(&after, "search_documents", "admitted").as_deref(),
+        Some("4"),
+        "{after}"
+    );
+    assert!(after.contains("circuit-closed"), "{after}");
+    assert!(after.contains("live · 3 tools"), "{after}");
+
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let shot = artifacts.join("dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    let arg = format!("--screenshot={}", shot.display());
+    let (p4, u4) = (profile.join("c"), url.clone());
+    tokio::task::spawn_blocking(move || run(&chrome, &p4, &[&arg], &u4))
+        .await
+        .expect("join");
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 1000, "screenshot saved at {}", shot.display());
+    let _ = std::fs::remove_dir_all(&profile);
+}

@@ -1,0 +1,168 @@
+//! Invoke against a real upstream: an axum server started by the test on port 0.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::support::{start, Server};
+
+async fn upstream() -> String {
+    let app = Router::new()
+        .route(
+            "/echo",
+            post(|h: HeaderMap, Json(v): Json<Value>| async move {
+                let key = h
+                    .get("idempotency-key")
+                    .and_then(|k| k.to_str().ok())
+                    .map(str::to_string);
+                Json(json!({"echo": v, "idempotency_key": key}))
+            }),
+        )
+        .route(
+            "/wrong",
+            post(|| async { Json(json!({"unexpected": true})) }),
+        )
+        .route(
+            "/fail",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
+        )
+        .route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Json(json!({"echo": "late"}))
+            }),
+        );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(l, app).await });
+    format!("http://{addr}")
+}
+
+async fn gateway() -> Server {
+    let up = upstream().await;
+    let tool = |name: &str, path: &str, extra: &str| {
+        format!(
+            r#"
+[tools.{name}]
+rate = "3/min"
+burst = 3
+concurrency = 2
+
+[tools.{name}.upstream]
+url = "{up}{path}"
+timeout = "300ms"
+arguments_schema = {{ type = "object", required = ["q"], properties = {{ q = {{ type = "string" }} }} }}
+result_schema = {{ type = "object", required = ["echo"] }}
+{extra}
+"#
+        )
+    };
+    let config = [
+        tool("echo", "/echo", ""),
+        tool("wrong", "/wrong", ""),
+        tool("fail", "/fail", ""),
+        tool("slow", "/slow", ""),
+    ]
+    .concat();
+    start(&config).await
+}
+
+async fn invoke(s: &Server, tool: &str, body: Value) -> crate::support::Res {
+    s.post(&format!("/v1/tools/{tool}/invoke"), body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_call_runs_against_the_upstream_and_returns_its_result() {
+    let s = gateway().await;
+    let r = invoke(
+        &s,
+        "echo",
+        json!({"arguments": {"q": "acme"}, "idempotency_key": "k-1"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["result"]["echo"], json!({"q": "acme"}));
+    assert_eq!(r.body["result"]["idempotency_key"], "k-1");
+    assert_eq!(r.body["outcome"], "success");
+    let st = s.tool("echo");
+    assert_eq!((st.admitted, st.in_flight), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_arguments_are_refused_before_admission() {
+    let s = gateway().await;
+    let r = invoke(&s, "echo", json!({"arguments": {"q": 5}})).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "invalid_arguments");
+    let m = r.body["error"]["message"].as_str().expect("message");
+    assert!(
+        m.contains("/q") && m.contains("is not of type \"string\""),
+        "{m}"
+    );
+    let r = invoke(&s, "echo", json!({"arguments": {}})).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .expect("m")
+            .contains("\"q\" is a required property"),
+        "{r:?}"
+    );
+    let st = s.tool("echo");
+    assert_eq!((st.admitted, st.rejected), (0, 0), "nothing consumed");
+    assert_eq!(st.quotas[0].available, Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_complete_the_permit_with_their_outcome() {
+    let s = gateway().await;
+    let r = invoke(&s, "wrong", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 502, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "invalid_result");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("m")
+        .contains("\"echo\" is a required property"));
+    let r = invoke(&s, "fail", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.body["error"]["code"], "upstream_error");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("m")
+        .contains("answered 500: boom"));
+    let r = invoke(&s, "slow", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.body["error"]["code"], "upstream_timeout");
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .expect("m")
+        .contains("300ms"));
+    for t in ["wrong", "fail", "slow"] {
+        let st = s.tool(t);
+        assert_eq!((st.admitted, st.in_flight), (1, 0), "{t}: {st:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoke_is_admission_controlled() {
+    let s = gateway().await;
+    for _ in 0..3 {
+        assert_eq!(
+            invoke(&s, "echo", json!({"arguments": {"q": "x"}}))
+                .await
+                .status,
+            200
+        );
+    }
+    let r = invoke(&s, "echo", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.body["reason"], "rate_limited");
+    assert_eq!(r.body["quota"], "tools.echo.rate");
+    assert!(r.headers.contains_key("retry-after"));
+}
