@@ -72,7 +72,15 @@ async fn recovery(gate: &RedisGate) -> Duration {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
         match timed(gate).await {
-            Ok(p) if p.source() == Source::Redis => return t0.elapsed(),
+            Ok(p) if p.source() == Source::Redis => {
+                let took = t0.elapsed();
+                // Release it before returning (a dropped permit releases in the
+                // background, which would race the caller's next check).
+                p.complete(Completion::success())
+                    .await
+                    .expect("Redis is back");
+                return took;
+            }
             Err(no) if no.quota() != "store" && no.quota() != "tools.t.rate" => {
                 return t0.elapsed()
             }
