@@ -25,10 +25,13 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-/// Publishes `toolgate_circuit_state{tool}` (0 = closed) for every tool of `policy`:
-/// no circuit breaker runs in this build, so every circuit is closed.
+/// Publishes `toolgate_circuit_state{tool}` (0 = closed) for every tool of `policy`
+/// without a circuit breaker, so that the series exists for every tool; the engine
+/// keeps the gauge of each tool with a breaker up to date itself.
 pub fn publish_circuits(policy: &Policy) {
-    for name in policy.tools.keys() {
-        metrics::gauge!("toolgate_circuit_state", "tool" => name.clone()).set(0.0);
+    for (name, tool) in &policy.tools {
+        if tool.circuit.is_none() {
+            metrics::gauge!("toolgate_circuit_state", "tool" => name.clone()).set(0.0);
+        }
     }
 }

@@ -65,7 +65,7 @@ pub fn unknown(tool: &str) -> ApiError {
 }
 
 /// A tool's state as JSON. `tokens_left` is what its own request-rate quota has left;
-/// `circuit` is `closed` (no circuit breaker runs in this build) and
+/// `circuit` is the breaker's state (`closed` for a tool without one) and
 /// `adaptive_limit` is `null` (no adaptive limit runs in this build).
 pub fn to_json(s: &ToolState) -> Value {
     let own_rate = s
@@ -82,7 +82,7 @@ pub fn to_json(s: &ToolState) -> Value {
         "admitted": s.admitted,
         "rejected": s.rejected,
         "shadow_rejected": s.shadow_rejected,
-        "circuit": "closed",
+        "circuit": s.circuit.map_or("closed", |c| c.as_str()),
         "adaptive_limit": null,
         "quotas": s.quotas.iter().map(quota_json).collect::<Vec<_>>(),
     })

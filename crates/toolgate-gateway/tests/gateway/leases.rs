@@ -95,3 +95,33 @@ async fn a_completion_with_an_unknown_outcome_is_refused_and_keeps_the_lease() {
     );
     assert_eq!(s.post(&path, json!({"outcome": "error"})).await.status, 204);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_completions_open_the_circuit_and_admit_says_circuit_open() {
+    let s = start(
+        "[tools.pay]\nrate = \"100/s\"\n[tools.pay.circuit]\nwindow = 2\nmin_calls = 2\nopen_for = \"30s\"",
+    )
+    .await;
+    for _ in 0..2 {
+        let a = s.admit("pay").await;
+        assert_eq!(a.status, 200);
+        let lease = a.body["lease"].as_str().expect("lease").to_string();
+        let done = s
+            .post(
+                &format!("/v1/leases/{lease}/complete"),
+                json!({"outcome": "error", "latency_ms": 12}),
+            )
+            .await;
+        assert_eq!(done.status, 204);
+    }
+    let no = s.admit("pay").await;
+    assert_eq!(no.status, 429);
+    assert_eq!(no.body["reason"], "circuit_open");
+    assert_eq!(no.body["quota"], "tools.pay.circuit");
+    assert!(no.body["retry_after_ms"]
+        .as_u64()
+        .is_some_and(|ms| ms > 29_000 && ms <= 30_000));
+    assert_eq!(no.headers["retry-after"], "30");
+    let state = s.get("/v1/tools/pay").await;
+    assert_eq!(state.body["circuit"], "open");
+}
