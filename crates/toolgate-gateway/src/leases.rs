@@ -5,8 +5,8 @@
 //! ids are unique and cannot be guessed. The map is sharded to keep lock contention
 //! low under load. A reaper task expires leases every [`REAP_EVERY`]: a lease from
 //! `admit` is completed as `timeout` (releasing its concurrency, as the contract
-//! says); an unused part of a reservation is released without an outcome, since it
-//! never ran.
+//! says); an unused part of a reservation is cancelled without an outcome, since it
+//! never ran, which gives back everything it charged.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -169,7 +169,10 @@ impl Leases {
             );
         }
         let n = released.len();
-        drop(released);
+        // Unused parts of a reservation give back everything they charged.
+        for permit in released {
+            permit.cancel();
+        }
         (n > 0).then_some(n)
     }
 
@@ -191,6 +194,8 @@ impl Leases {
         for e in expired {
             if e.reservation.is_none() {
                 e.permit.complete(Completion::new(Outcome::Timeout));
+            } else {
+                e.permit.cancel();
             }
         }
         n

@@ -310,10 +310,12 @@ impl Engine {
                 permits.push(Permit::new(None, Held2::new(), now, Duration::ZERO));
                 continue;
             };
+            // A reservation's permits keep every part they charged, so that an unused
+            // one can give it all back (`Permit::cancel`).
             let held = plan
                 .iter()
                 .filter(|s| {
-                    (s.is_concurrency() || s.quota.def.cost_of == crate::quota::CostOf::Tokens)
+                    (s.cost > 0 || s.quota.def.cost_of == crate::quota::CostOf::Tokens)
                         && (!s.quota.def.shadow || shadow_ok)
                 })
                 .map(Step::held)

@@ -96,6 +96,38 @@ impl Permit {
         self.finish(Some(completion));
     }
 
+    /// Gives back what admission charged, for a call that never ran (an unused part
+    /// of a reservation made with [`crate::Engine::try_admit_all`]): concurrency is
+    /// released, and request and token buckets are refunded (never above their
+    /// capacity). A sliding window takes the admission back out of its log unless
+    /// waiters have reserved slots behind it since. No outcome is recorded.
+    ///
+    /// Permits from [`crate::Engine::try_admit`] and [`crate::Engine::admit`] keep
+    /// only their concurrency and token parts, so for them this is like dropping.
+    pub fn cancel(mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let Some(tool) = &self.tool else {
+            return;
+        };
+        let core = &tool.core;
+        for h in std::mem::take(&mut self.held) {
+            match h.quota.def.kind {
+                Kind::Concurrency(_) => h.cell.lock().release(h.cost),
+                Kind::Bucket(_) => core.reconcile(&h, 0),
+                Kind::Sliding(_) => h
+                    .cell
+                    .lock()
+                    .unrecord(&h.quota.def, self.admitted_at, h.cost),
+            }
+        }
+        if self.probe {
+            tool.cancel_probe();
+        }
+        tool.stats.on_finish(None);
+    }
+
     fn finish(&mut self, completion: Option<Completion>) {
         if std::mem::replace(&mut self.done, true) {
             return;

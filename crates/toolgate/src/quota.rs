@@ -429,6 +429,18 @@ impl CellState {
             .map(|e| e.seq)
     }
 
+    /// Takes an admission of `cost` at `at` back out of a sliding log (a reserved call
+    /// that never ran). Only while no reservation sits on the cell: removing an entry
+    /// from the middle would shift the snapshots of later reservations.
+    pub(crate) fn unrecord(&mut self, def: &QuotaDef, at: Nanos, cost: u64) {
+        if self.pending.as_ref().is_some_and(|p| !p.entries.is_empty()) {
+            return;
+        }
+        if let (Kind::Sliding(_), Limiter::Sliding(log)) = (&def.kind, &mut self.limiter) {
+            log.remove(at, cost);
+        }
+    }
+
     /// Whether a future reservation sits on this cell.
     pub(crate) fn has_future(&self, now: Nanos) -> bool {
         self.last_reserved() > now

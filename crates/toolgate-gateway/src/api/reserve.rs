@@ -3,9 +3,9 @@
 //!
 //! Each unit of `count` becomes one lease, so each step of the plan completes its own.
 //! Leases of a reservation live `ttl_ms` (default: the lease TTL); at expiry, or on
-//! `DELETE /v1/reservations/{id}`, the unused ones are released without an outcome
-//! (they never ran), which returns their concurrency. Request-rate tokens spent by
-//! the reservation are not refunded: the core has no refund for them.
+//! `DELETE /v1/reservations/{id}`, the unused ones are cancelled (`Permit::cancel`):
+//! they never ran, so they record no outcome and give back everything they charged —
+//! concurrency, request-rate and token-budget capacity.
 
 use std::time::Duration;
 

@@ -115,3 +115,46 @@ async fn unused_parts_are_returned_on_release_and_on_expiry() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_and_expired_parts_give_their_rate_and_tokens_back() {
+    let s = start("[tools.r]\nrate = \"3/h\"\ntokens = \"1000/h\"").await;
+    let ok = s
+        .post("/v1/reserve", json!({"calls": [{"tool": "r", "count": 3}]}))
+        .await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(s.tool("r").quotas[0].available, Some(0));
+    let lease = ok.body["leases"][0].as_str().expect("lease");
+    let used = s
+        .post(
+            &format!("/v1/leases/{lease}/complete"),
+            json!({"outcome": "success"}),
+        )
+        .await;
+    assert_eq!(used.status, 204);
+    let id = ok.body["reservation"].as_str().expect("id");
+    let rel = s
+        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
+        .await;
+    assert_eq!(rel.body["released"], 2);
+    assert_eq!(
+        s.tool("r").quotas[0].available,
+        Some(2),
+        "the unused two came back"
+    );
+
+    let short = s
+        .post(
+            "/v1/reserve",
+            json!({"calls": [{"tool": "r", "count": 2}], "ttl_ms": 200}),
+        )
+        .await;
+    assert_eq!(short.status, 200);
+    assert_eq!(s.tool("r").quotas[0].available, Some(0));
+    eventually(
+        "the reservation expires and gives its rate back",
+        SOON,
+        || async { s.tool("r").quotas[0].available == Some(2) },
+    )
+    .await;
+}

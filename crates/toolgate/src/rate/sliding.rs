@@ -119,6 +119,18 @@ impl SlidingLog {
         }
     }
 
+    /// Removes one entry of `cost` admissions at `at`, if there is one.
+    pub(crate) fn remove(&mut self, at: Nanos, cost: u64) {
+        if let Some(i) = self
+            .entries
+            .iter()
+            .rposition(|&(t, n)| t == at && n == cost)
+        {
+            self.entries.remove(i);
+            self.total -= cost;
+        }
+    }
+
     /// The time of the newest entry.
     pub(crate) fn newest(&self) -> Option<Nanos> {
         self.entries.back().map(|e| e.0)

@@ -354,3 +354,72 @@ fn rates_far_above_one_per_nanosecond_and_below_one_per_day_work() {
         Some(Duration::from_secs(7 * 86_400)),
     );
 }
+
+#[test]
+fn unused_parts_of_a_reservation_give_back_everything_they_charged() {
+    let (engine, _clock) = engine(
+        r#"
+        [pools.crm]
+        rate = "10/min"
+        [tools.lookup]
+        rate = "5/min"
+        window = "sliding"
+        tokens = "1000/min"
+        concurrency = 3
+        pools = ["crm"]
+        "#,
+    );
+    let mut permits = engine
+        .try_admit_all(&[Call::new("lookup").count(2).tokens(300)])
+        .unwrap();
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.rate").available,
+        Some(3)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "pools.crm.rate").available,
+        Some(8)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.tokens").available,
+        Some(700)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.concurrency").available,
+        Some(1)
+    );
+    permits.remove(0).cancel();
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.rate").available,
+        Some(5)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "pools.crm.rate").available,
+        Some(10)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.tokens").available,
+        Some(1000)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.concurrency").available,
+        Some(3)
+    );
+    assert_eq!(engine.tool_state("lookup", None).unwrap().in_flight, 0);
+
+    // A used part is completed as usual and keeps its charge.
+    let used = engine
+        .try_admit_all(&[Call::new("lookup").tokens(100)])
+        .unwrap();
+    for p in used {
+        p.complete(Completion::success().tokens(100));
+    }
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.rate").available,
+        Some(4)
+    );
+    assert_eq!(
+        quota(&engine, "lookup", "tools.lookup.tokens").available,
+        Some(900)
+    );
+}
