@@ -62,6 +62,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod adaptive;
 mod admission;
 mod circuit;
 mod clock;

@@ -152,6 +152,11 @@ impl Permit {
                 _ => {}
             }
         }
+        if let (Some((a, quota)), Some(c)) = (&tool.adaptive, completion) {
+            if let Some(limit) = a.record(c.outcome, c.latency) {
+                crate::adaptive::apply_limit(quota, limit);
+            }
+        }
         if let Some(b) = &tool.breaker {
             match completion {
                 Some(c) => b.record(c.outcome, c.latency, self.probe, core.clock.now()),

@@ -57,6 +57,8 @@ pub(crate) struct ToolRuntime {
     pub(crate) fast: Option<(Arc<Quota>, Arc<crate::quota::Cell>, crate::rate::Gcra)>,
     /// The tool's circuit breaker, kept across reloads while its config is unchanged.
     pub(crate) breaker: Option<Arc<crate::circuit::Breaker>>,
+    /// The tool's adaptive concurrency limit and the quota it drives.
+    pub(crate) adaptive: Option<(Arc<crate::adaptive::Adaptive>, Arc<Quota>)>,
     /// `tools.<name>.circuit`, the quota path of circuit rejections.
     pub(crate) circuit_path: Arc<str>,
 }
@@ -157,7 +159,13 @@ impl Compiled {
         let mut tools = HashMap::new();
         for (name, t) in &config.tools {
             let prefix = crate::config::join_path("tools", name);
-            let mut list: Vec<Arc<Quota>> = quota_defs(&prefix, &t.quota, config.mode)
+            // An adaptive limit drives the tool's concurrency quota: its capacity is
+            // `max` (capped by a static `concurrency`), its current limit the learnt one.
+            let mut own = t.quota.clone();
+            if let Some(a) = &t.adaptive {
+                own.concurrency = Some(own.concurrency.map_or(a.max, |k| k.min(a.max)));
+            }
+            let mut list: Vec<Arc<Quota>> = quota_defs(&prefix, &own, config.mode)
                 .map(|(p, d)| build(p, d))
                 .collect();
             let mut seen = Vec::new();
@@ -169,6 +177,25 @@ impl Compiled {
             }
             let stats = stats_of(name);
             let fast = fast_path(&list);
+            let adaptive = t.adaptive.as_ref().and_then(|cfg| {
+                let quota = list
+                    .iter()
+                    .find(|q| {
+                        matches!(q.def.kind, Kind::Concurrency(_))
+                            && q.def.path.starts_with(&*prefix)
+                    })?
+                    .clone();
+                let a = old
+                    .and_then(|o| o.tools.get(name.as_str()))
+                    .and_then(|o| o.adaptive.as_ref())
+                    .filter(|(a, _)| a.config() == cfg)
+                    .map_or_else(
+                        || Arc::new(crate::adaptive::Adaptive::new(name, cfg.clone())),
+                        |(a, _)| a.clone(),
+                    );
+                crate::adaptive::apply_limit(&quota, a.limit());
+                Some((a, quota))
+            });
             let breaker = t.circuit.as_ref().map(|cfg| {
                 old.and_then(|o| o.tools.get(name.as_str()))
                     .and_then(|o| o.breaker.clone())
@@ -192,6 +219,7 @@ impl Compiled {
                     core: core.clone(),
                     fast,
                     breaker,
+                    adaptive,
                     circuit_path: format!("{prefix}.circuit").into(),
                 }),
             );

@@ -29,6 +29,8 @@ pub struct ToolState {
     pub shadow_rejected: u64,
     /// The circuit breaker's state, if the tool has one.
     pub circuit: Option<crate::CircuitState>,
+    /// The current adaptive concurrency limit, if the tool has one.
+    pub adaptive_limit: Option<u64>,
 }
 
 /// The live state of one quota (of one partition when a tenant was given).
@@ -145,5 +147,6 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
         rejected: t.stats.rejected.load(Ordering::Relaxed),
         shadow_rejected: t.stats.shadow_rejected.load(Ordering::Relaxed),
         circuit: t.breaker.as_ref().map(|b| b.state()),
+        adaptive_limit: t.adaptive.as_ref().map(|(a, _)| a.limit()),
     }
 }

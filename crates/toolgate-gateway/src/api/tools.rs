@@ -66,7 +66,7 @@ pub fn unknown(tool: &str) -> ApiError {
 
 /// A tool's state as JSON. `tokens_left` is what its own request-rate quota has left;
 /// `circuit` is the breaker's state (`closed` for a tool without one) and
-/// `adaptive_limit` is `null` (no adaptive limit runs in this build).
+/// `adaptive_limit` the learnt concurrency limit (`null` without `[adaptive]`).
 pub fn to_json(s: &ToolState) -> Value {
     let own_rate = s
         .quotas
@@ -83,7 +83,7 @@ pub fn to_json(s: &ToolState) -> Value {
         "rejected": s.rejected,
         "shadow_rejected": s.shadow_rejected,
         "circuit": s.circuit.map_or("closed", |c| c.as_str()),
-        "adaptive_limit": null,
+        "adaptive_limit": s.adaptive_limit,
         "quotas": s.quotas.iter().map(quota_json).collect::<Vec<_>>(),
     })
 }

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod adaptive;
 mod circuit;
 mod config;
 mod demo;
