@@ -30,8 +30,9 @@ pub enum Failure {
     Timeout(Duration),
     /// No connection, or a broken response.
     Transport(String),
-    /// The upstream answered with a non-2xx status.
-    Status(u16, String),
+    /// The upstream answered with a non-2xx status (and, for a 429 or 503, the
+    /// `Retry-After` it sent, if it could be parsed).
+    Status(u16, String, Option<Duration>),
     /// The answer is not JSON or fails the result schema.
     Invalid(String),
 }
@@ -131,6 +132,14 @@ impl Failure {
             Self::Invalid(_) => Outcome::Invalid,
         }
     }
+
+    /// The upstream's `Retry-After` on a 429 or 503: the tool is paused until then.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Status(_, _, after) => *after,
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -138,7 +147,7 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Timeout(d) => write!(f, "the upstream did not answer within {}ms", d.as_millis()),
             Self::Transport(e) => write!(f, "the upstream could not be reached: {e}"),
-            Self::Status(s, body) => write!(f, "the upstream answered {s}: {body}"),
+            Self::Status(s, body, _) => write!(f, "the upstream answered {s}: {body}"),
             Self::Invalid(e) => write!(f, "the upstream's result is invalid: {e}"),
         }
     }
@@ -174,10 +183,15 @@ pub async fn execute(
     };
     let res = req.send().await.map_err(|e| transport(e, u.timeout))?;
     let status = res.status().as_u16();
+    let retry_after = matches!(status, 429 | 503)
+        .then(|| res.headers().get(reqwest::header::RETRY_AFTER))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| toolgate::retry::retry_after(v, std::time::SystemTime::now()));
     let bytes = res.bytes().await.map_err(|e| transport(e, u.timeout))?;
     if !(200..300).contains(&status) {
         let body = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-        return Err(Failure::Status(status, body));
+        return Err(Failure::Status(status, body, retry_after));
     }
     let result = if bytes.is_empty() {
         Value::Null

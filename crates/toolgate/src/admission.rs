@@ -235,6 +235,7 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Permit, Denied> {
+        self.pause_gate(now)?;
         let probe = self.circuit_gate(now)?;
         match self.try_quotas(call, now) {
             Ok(mut permit) => {
@@ -248,6 +249,28 @@ impl ToolRuntime {
                 Err(d)
             }
         }
+    }
+
+    /// Refuses calls while the upstream's `Retry-After` pause lasts. Waiting calls may
+    /// wait it out: its end is known.
+    pub(crate) fn pause_gate(&self, now: Nanos) -> Result<(), Denied> {
+        let until = self
+            .stats
+            .paused_until
+            .load(std::sync::atomic::Ordering::Acquire);
+        if until <= now {
+            return Ok(());
+        }
+        Err(Denied {
+            rejection: Rejection::new(
+                self.name.clone(),
+                self.pause_path.clone(),
+                Reason::RateLimited,
+                Some(Duration::from_nanos(until - now)),
+            ),
+            at: until,
+            can_wait: true,
+        })
     }
 
     /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go

@@ -79,6 +79,7 @@ pub enum Outcome {
 
 /// What a caller reports when an admitted call ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// How the call ended.
     pub outcome: Outcome,
@@ -86,6 +87,9 @@ pub struct Completion {
     pub latency: Option<Duration>,
     /// The actual token count, reconciled against the estimate given at admission.
     pub tokens: Option<u64>,
+    /// The upstream asked not to be called again before this long (a 429 or 503
+    /// with `Retry-After`): the tool — and only that tool — is paused until then.
+    pub retry_after: Option<Duration>,
 }
 
 // === impl Reason ===
@@ -304,6 +308,7 @@ impl Completion {
             outcome,
             latency: None,
             tokens: None,
+            retry_after: None,
         }
     }
 
@@ -321,6 +326,12 @@ impl Completion {
     /// Records the actual token count, to reconcile against the estimate.
     pub const fn tokens(mut self, tokens: u64) -> Self {
         self.tokens = Some(tokens);
+        self
+    }
+
+    /// Records the upstream's `Retry-After`: the tool is paused until then.
+    pub const fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
         self
     }
 }

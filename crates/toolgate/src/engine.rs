@@ -231,6 +231,10 @@ impl Engine {
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
+                    if let Err(d) = t.pause_gate(now) {
+                        t.stats.on_reject(&d.rejection, call.tenant);
+                        return Err(d.rejection);
+                    }
                     // A reservation never runs as a half-open probe: anything but a
                     // closed (or admitting degraded) circuit refuses it.
                     match t.circuit_gate(now) {

@@ -23,6 +23,8 @@ pub(crate) struct ToolStats {
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
     pub(crate) outcomes: [AtomicU64; 4],
+    /// Until when the upstream asked not to be called (engine clock; 0: never).
+    pub(crate) paused_until: AtomicU64,
     metrics: ToolMetrics,
 }
 
@@ -66,6 +68,7 @@ impl ToolStats {
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
             outcomes: Default::default(),
+            paused_until: AtomicU64::new(0),
             metrics,
         }
     }
@@ -120,6 +123,15 @@ impl ToolStats {
         self.metrics.in_flight.decrement(1.0);
         if let Some(o) = outcome {
             self.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Pauses the tool until `until` (never shortens a longer pause).
+    pub(crate) fn pause_until(&self, until: u64) {
+        let before = self.paused_until.fetch_max(until, Ordering::AcqRel);
+        if until > before {
+            tracing::info!(target: "toolgate::decision", tool = &*self.name, until_ns = until,
+                "the upstream asked for a pause (Retry-After): the tool is paused");
         }
     }
 

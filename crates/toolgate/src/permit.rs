@@ -152,6 +152,10 @@ impl Permit {
                 _ => {}
             }
         }
+        if let Some(after) = completion.and_then(|c| c.retry_after) {
+            let until = core.clock.now().saturating_add(crate::clock::nanos(after));
+            tool.stats.pause_until(until);
+        }
         if let (Some((a, quota)), Some(c)) = (&tool.adaptive, completion) {
             if let Some(limit) = a.record(c.outcome, c.latency) {
                 crate::adaptive::apply_limit(quota, limit);

@@ -61,6 +61,9 @@ pub(crate) struct ToolRuntime {
     pub(crate) adaptive: Option<(Arc<crate::adaptive::Adaptive>, Arc<Quota>)>,
     /// `tools.<name>.circuit`, the quota path of circuit rejections.
     pub(crate) circuit_path: Arc<str>,
+    /// `tools.<name>.retry_after`, the quota path of rejections during an upstream's
+    /// `Retry-After` pause.
+    pub(crate) pause_path: Arc<str>,
 }
 
 // === impl Policy ===
@@ -221,6 +224,7 @@ impl Compiled {
                     breaker,
                     adaptive,
                     circuit_path: format!("{prefix}.circuit").into(),
+                    pause_path: format!("{prefix}.retry_after").into(),
                 }),
             );
         }

@@ -405,6 +405,11 @@ impl ToolRuntime {
                     }
                 }
             }
+            let paused = self.stats.paused_until.load(Ordering::Acquire);
+            if paused > at {
+                at = paused;
+                binding = None;
+            }
             if at > deadline {
                 let q = binding.map_or(quota.clone(), |i| rate[i].quota.def.path.clone());
                 let r = Rejection::new(

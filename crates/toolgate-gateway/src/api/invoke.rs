@@ -69,7 +69,12 @@ pub async fn invoke(
     let outcome = result
         .as_ref()
         .map_or_else(Failure::outcome, |_| toolgate::Outcome::Success);
-    permit.complete(Completion::new(outcome).latency(latency));
+    let mut completion = Completion::new(outcome).latency(latency);
+    if let Some(after) = result.as_ref().err().and_then(Failure::retry_after) {
+        // The upstream asked for a pause: only this tool waits it out.
+        completion = completion.retry_after(after);
+    }
+    permit.complete(completion);
     match result {
         Ok(ok) => Ok(Json(json!({
             "result": ok.result,

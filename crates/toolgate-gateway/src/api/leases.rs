@@ -18,13 +18,30 @@ pub struct CompleteRequest {
     outcome: Option<String>,
     latency_ms: Option<u64>,
     tokens: Option<u64>,
-    #[allow(dead_code)]
     status: Option<u16>,
-    #[allow(dead_code)]
     headers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// Completes a lease: releases its concurrency and reconciles its tokens. `204`, or
+/// The upstream's `Retry-After` on a 429 or 503 (header names are case-insensitive;
+/// unparsable values are ignored, as RFC 9110 allows).
+fn server_retry_after(req: &CompleteRequest) -> Option<Duration> {
+    if !matches!(req.status, Some(429 | 503)) {
+        return None;
+    }
+    let headers = req.headers.as_ref()?;
+    let value = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+        .map(|(_, v)| match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })?;
+    toolgate::retry::retry_after(&value, std::time::SystemTime::now())
+}
+
+/// Completes a lease: releases its concurrency, reconciles its tokens, and — for a
+/// `status` of 429 or 503 with a `Retry-After` in `headers` — pauses the tool until
+/// then. `204`, or
 /// `404` for a lease that is unknown, expired, already completed or another
 /// tenant's.
 pub async fn complete(
@@ -54,6 +71,9 @@ pub async fn complete(
     }
     if let Some(t) = req.tokens {
         c = c.tokens(t);
+    }
+    if let Some(after) = server_retry_after(&req) {
+        c = c.retry_after(after);
     }
     permit.complete(c);
     Ok(StatusCode::NO_CONTENT)

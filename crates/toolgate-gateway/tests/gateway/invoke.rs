@@ -30,6 +30,16 @@ async fn upstream() -> String {
             post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") }),
         )
         .route(
+            "/busy",
+            post(|| async {
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [("retry-after", "2")],
+                    "slow down",
+                )
+            }),
+        )
+        .route(
             "/slow",
             post(|| async {
                 tokio::time::sleep(Duration::from_secs(3)).await;
@@ -68,6 +78,7 @@ result_schema = {{ type = "object", required = ["echo"] }}
         tool("wrong", "/wrong", ""),
         tool("fail", "/fail", ""),
         tool("slow", "/slow", ""),
+        tool("busy", "/busy", ""),
     ]
     .concat();
     start(&config).await
@@ -165,4 +176,19 @@ async fn invoke_is_admission_controlled() {
     assert_eq!(r.body["reason"], "rate_limited");
     assert_eq!(r.body["quota"], "tools.echo.rate");
     assert!(r.headers.contains_key("retry-after"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_429_with_retry_after_pauses_only_that_tool() {
+    let s = gateway().await;
+    let r = invoke(&s, "busy", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 502, "{r:?}");
+    let paused = invoke(&s, "busy", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(paused.status, 429, "{paused:?}");
+    assert_eq!(paused.body["quota"], "tools.busy.retry_after");
+    assert!(paused.body["retry_after_ms"]
+        .as_u64()
+        .is_some_and(|ms| ms > 1_000 && ms <= 2_000));
+    let other = invoke(&s, "echo", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(other.status, 200, "other tools run");
 }

@@ -125,3 +125,33 @@ async fn failed_completions_open_the_circuit_and_admit_says_circuit_open() {
     let state = s.get("/v1/tools/pay").await;
     assert_eq!(state.body["circuit"], "open");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_with_429_and_retry_after_pauses_only_that_tool() {
+    let s = start("[tools.crm]\nrate = \"100/s\"\n[tools.search]\nrate = \"100/s\"").await;
+    let a = s.admit("crm").await;
+    let lease = a.body["lease"].as_str().expect("lease").to_string();
+    let done = s
+        .post(
+            &format!("/v1/leases/{lease}/complete"),
+            json!({"outcome": "error", "status": 429, "headers": {"retry-after": "2"}}),
+        )
+        .await;
+    assert_eq!(done.status, 204);
+    let no = s.admit("crm").await;
+    assert_eq!(no.status, 429);
+    assert_eq!(no.body["quota"], "tools.crm.retry_after");
+    assert_eq!(no.body["reason"], "rate_limited");
+    assert!(no.body["retry_after_ms"]
+        .as_u64()
+        .is_some_and(|ms| ms > 1_000 && ms <= 2_000));
+    assert_eq!(
+        s.admit("search").await.status,
+        200,
+        "only that tool is paused"
+    );
+    eventually("the pause ends", SOON, || async {
+        s.admit("crm").await.status == 200
+    })
+    .await;
+}
