@@ -119,12 +119,7 @@ pub(crate) fn evaluate(
             continue;
         }
         match g.fit(def, s.cost, now) {
-            Fit::At(t)
-                if t > v.at
-                    || (t == v.at
-                        && t > now
-                        && v.binding.is_some_and(|b| plan[b].rank > s.rank)) =>
-            {
+            Fit::At(t) if binds(t, s.rank, v.at, v.binding.map(|b| plan[b].rank), now) => {
                 v.at = t;
                 v.binding = Some(i);
             }
@@ -137,6 +132,13 @@ pub(crate) fn evaluate(
         }
     }
     v
+}
+
+/// Whether a quota that conforms at `t` (config rank `rank`) is the one to blame
+/// instead of the current binding one (`at`, `current`): the later time wins, and on
+/// a tie in the future the first in config order, so rejections are deterministic.
+pub(crate) fn binds(t: Nanos, rank: usize, at: Nanos, current: Option<usize>, now: Nanos) -> bool {
+    t > at || (t == at && t > now && current.is_some_and(|r| r > rank))
 }
 
 impl Verdict {
@@ -338,7 +340,7 @@ impl ToolRuntime {
     /// request bucket (the common case): one lock, no plan. Returns false whenever the
     /// general path must decide (including every rejection).
     fn try_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        let Some((_, cell, g)) = self.fast.as_ref() else {
+        let Some((cell, g)) = self.fast.as_ref() else {
             return false;
         };
         if call.count > g.burst() {

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::admission::{lock_all, Denied, Step};
+use crate::admission::{binds, lock_all, Denied, Step};
 use crate::clock::{nanos, Clock, Nanos, Sleep};
 use crate::config::MAX_WAIT_LIMIT;
 use crate::decision::{Call, Reason, Rejection};
@@ -395,11 +395,7 @@ impl ToolRuntime {
             for (i, (s, g)) in rate.iter().zip(guards.iter_mut()).enumerate() {
                 g.settle(&s.quota.def, now);
                 if let Fit::At(t) = g.fit(&s.quota.def, s.cost, now) {
-                    if t > at
-                        || (t == at
-                            && t > now
-                            && binding.is_some_and(|b: usize| rate[b].rank > s.rank))
-                    {
+                    if binds(t, s.rank, at, binding.map(|b: usize| rate[b].rank), now) {
                         at = t;
                         binding = Some(i);
                     }

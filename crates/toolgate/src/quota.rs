@@ -235,11 +235,7 @@ impl QuotaDef {
             (Kind::Bucket(g), Limiter::Bucket(tat)) => {
                 g.burst() - g.available(*tat, now).min(g.burst())
             }
-            (Kind::Sliding(w), Limiter::Sliding(log)) => {
-                let mut log = log.as_ref().clone();
-                w.trim(&mut log, now);
-                log.total()
-            }
+            (Kind::Sliding(w), Limiter::Sliding(log)) => w.in_window(log, now),
             (_, Limiter::Concurrency { in_flight, .. }) => *in_flight,
             _ => 0,
         }

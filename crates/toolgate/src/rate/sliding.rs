@@ -81,6 +81,15 @@ impl Window {
         self.period_ns
     }
 
+    /// Admissions inside the window at `now`, without trimming the log.
+    pub(crate) fn in_window(&self, log: &SlidingLog, now: Nanos) -> u64 {
+        log.entries
+            .iter()
+            .filter(|&&(t, _)| t.saturating_add(self.period_ns) > now)
+            .map(|&(_, n)| n)
+            .sum()
+    }
+
     /// A log for this window carrying over `used` admissions made at `now`.
     pub(crate) fn seeded(&self, used: u64, now: Nanos) -> SlidingLog {
         let mut log = SlidingLog::default();
