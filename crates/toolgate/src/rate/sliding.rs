@@ -108,6 +108,7 @@ impl SlidingLog {
     }
 
     /// Admissions recorded in the log (after the last trim).
+    #[cfg(test)]
     pub(crate) fn total(&self) -> u64 {
         self.total
     }
