@@ -38,6 +38,7 @@
 mod batch;
 mod call;
 mod conn;
+mod engine_store;
 mod error;
 mod fallback;
 mod grant;
@@ -49,6 +50,7 @@ mod script;
 mod store;
 mod wait;
 
+pub use engine_store::{engine, RedisStore};
 pub use error::StoreError;
 pub use permit::{RedisPermit, Source};
 pub use store::{Builder, RedisGate, DEFAULT_LEASE_TTL};

@@ -65,6 +65,8 @@ pub struct RedisPermit {
     held: Held,
     waited: Duration,
     done: bool,
+    /// Counted in `toolgate_in_flight` (not when an engine counts it itself).
+    metered: bool,
 }
 
 pub(crate) enum Held {
@@ -90,11 +92,19 @@ impl RedisPermit {
             held,
             waited,
             done: false,
+            metered: true,
         }
     }
 
-    pub(crate) fn with_waited(mut self, waited: Duration) -> Self {
-        if let Some(t) = &self.tool {
+    /// Leaves the metrics to the engine that owns the permit.
+    pub(crate) fn unmetered(mut self) -> Self {
+        self.leave();
+        self.metered = false;
+        self
+    }
+
+    pub(crate) fn with_waited(mut self, waited: Duration, meter: bool) -> Self {
+        if let Some(t) = self.tool.as_ref().filter(|_| meter) {
             metrics::histogram!("toolgate_wait_seconds", "tool" => t.to_string())
                 .record(waited.as_secs_f64());
         }
@@ -158,7 +168,7 @@ impl RedisPermit {
 impl RedisPermit {
     /// The call is no longer in flight.
     fn leave(&self) {
-        if let Some(t) = &self.tool {
+        if let Some(t) = self.tool.as_ref().filter(|_| self.metered) {
             metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).decrement(1.0);
         }
     }

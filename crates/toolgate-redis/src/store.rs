@@ -47,6 +47,7 @@ pub struct Builder {
     store: StoreConfig,
     lease_ttl: Duration,
     clock: Option<Arc<dyn Clock>>,
+    embedded: bool,
 }
 
 pub(crate) struct Inner {
@@ -65,6 +66,11 @@ pub(crate) struct Inner {
     pub(crate) release_script: Script,
     pub(crate) handle: tokio::runtime::Handle,
     pub(crate) grants: Option<Grants>,
+    /// The `[store]` section the gate was built from (for reloads).
+    pub(crate) store: StoreConfig,
+    /// Inside an engine (`toolgate::Engine::with_store`), which counts decisions in
+    /// its own metrics: the gate then does not count them again.
+    pub(crate) embedded: bool,
 }
 
 /// Unique admission ids: a per-process random prefix and a counter.
@@ -88,6 +94,16 @@ impl Builder {
     /// only. Every process sharing the quotas must then use the same clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    pub(crate) fn clock_ref(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
+    }
+
+    /// Marks the gate as the store of an engine, which counts decisions itself.
+    pub(crate) fn embedded(mut self) -> Self {
+        self.embedded = true;
         self
     }
 
@@ -144,6 +160,8 @@ impl Builder {
             release_script: Script::new(include_str!("scripts/release.lua")),
             handle: tokio::runtime::Handle::current(),
             grants: Grants::new(store.local_grant),
+            store,
+            embedded: self.embedded,
         };
         Ok(RedisGate {
             inner: Arc::new(inner),
@@ -170,12 +188,25 @@ impl RedisGate {
             store,
             lease_ttl: DEFAULT_LEASE_TTL,
             clock: None,
+            embedded: false,
         }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// The same gate (connection, key prefix, options) on a new policy. Quota state
+    /// is in Redis, so an unchanged quota keeps it.
+    ///
+    /// # Errors
+    ///
+    /// When a quota cannot be computed exactly in Redis.
+    pub fn reconfigured(&self, policy: Policy) -> Result<Self, StoreError> {
+        Ok(Self {
+            inner: Arc::new(self.inner.reconfigured(policy)?),
+        })
     }
 
     /// Whether Redis is currently considered unreachable (calls take the
@@ -212,11 +243,11 @@ impl RedisGate {
         let steps = plan(&tool, &info)?;
         if let Some(p) = g.try_grant(&tool, &steps, info.count).await {
             let result = Ok(p);
-            record(&tool.name, &result);
+            g.record(&tool.name, &result);
             return result;
         }
         let result = g.decide(&tool, call, &steps, -1, false).await;
-        record(&tool.name, &result);
+        g.record(&tool.name, &result);
         result
     }
 
@@ -255,7 +286,7 @@ impl RedisGate {
         } else {
             g.decide(&tool, call, &steps, -1, false).await
         };
-        record(&tool.name, &result);
+        g.record(&tool.name, &result);
         result
     }
 
@@ -436,6 +467,51 @@ impl Ids {
             self.prefix,
             self.next.fetch_add(1, Ordering::Relaxed)
         )
+    }
+}
+
+impl Inner {
+    fn record(&self, tool: &str, result: &Result<RedisPermit, Rejection>) {
+        if !self.embedded {
+            record(tool, result);
+        }
+    }
+
+    /// The same gate on a new policy: the connection, scripts and ids are shared,
+    /// the quotas recompiled (their state is in Redis, under the same keys while a
+    /// quota's definition is unchanged).
+    pub(crate) fn reconfigured(&self, policy: Policy) -> Result<Self, StoreError> {
+        let store = &self.store;
+        let compiled = Compiled::new(policy.config(), &store.key_prefix)?;
+        let fallback = match store.on_store_error {
+            OnStoreError::Local => {
+                let p = scaled_policy(policy.config(), store.local_share)?;
+                Some(match &self.clock {
+                    Some(c) => Engine::with_clock(p, c.clone()),
+                    None => Engine::new(p),
+                })
+            }
+            _ => None,
+        };
+        Ok(Self {
+            conn: self.conn.clone(),
+            compiled,
+            policy,
+            timeout: self.timeout,
+            on_error: self.on_error,
+            lease_ttl: self.lease_ttl,
+            clock: self.clock.clone(),
+            fallback,
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            ids: Ids::new(),
+            admit_script: self.admit_script.clone(),
+            release_script: self.release_script.clone(),
+            handle: self.handle.clone(),
+            grants: Grants::new(store.local_grant),
+            store: store.clone(),
+            embedded: self.embedded,
+        })
     }
 }
 

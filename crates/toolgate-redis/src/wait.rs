@@ -55,7 +55,7 @@ impl Inner {
                     polled = true;
                 }
                 // Time spent polling for a concurrency slot counts as waiting too.
-                Ok(p) if polled => return Ok(p.with_waited(start.elapsed())),
+                Ok(p) if polled => return Ok(p.with_waited(start.elapsed(), !self.embedded)),
                 other => return other,
             }
         }
@@ -93,7 +93,7 @@ impl Inner {
             None => tokio::time::sleep(waited).await,
         }
         guard.armed = false;
-        Ok(permit.with_waited(waited))
+        Ok(permit.with_waited(waited, !self.embedded))
     }
 }
 

@@ -297,6 +297,14 @@ impl ToolRuntime {
         }
     }
 
+    /// Counts an admission, unless a shared store still has to decide (the engine
+    /// counts it when the store has said yes).
+    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
+        if self.core.store.is_none() {
+            self.stats.on_admit(waited, tenant);
+        }
+    }
+
     /// Gives back a half-open probe slot whose call never ran.
     pub(crate) fn cancel_probe(&self) {
         if let Some(b) = &self.breaker {
@@ -306,7 +314,7 @@ impl ToolRuntime {
 
     fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
         if self.try_fast(call, now) {
-            self.stats.on_admit(Duration::ZERO, call.tenant);
+            self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::new(
                 Some(self.clone()),
                 Held2::new(),
@@ -332,7 +340,7 @@ impl ToolRuntime {
         charge(&plan, &mut guards, now, false, &mut held);
         self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
         drop(guards);
-        self.stats.on_admit(Duration::ZERO, call.tenant);
+        self.on_admit(Duration::ZERO, call.tenant);
         Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
     }
 

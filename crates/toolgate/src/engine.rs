@@ -13,6 +13,7 @@ use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
 use crate::permit::{Held2, Permit};
 use crate::policy::{Compiled, Policy, ToolRuntime};
 use crate::queue::Scheduler;
+use crate::store::QuotaStore;
 use crate::sync::{Mutex, Swap, SwapGuard};
 
 /// The admission engine: decides, before a tool call runs, whether it may start.
@@ -87,6 +88,8 @@ pub struct ToolHandle {
 pub(crate) struct Core {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) sched: Mutex<Scheduler>,
+    /// The shared store of the quotas, or `None` for this process's memory.
+    pub(crate) store: Option<Arc<dyn QuotaStore>>,
 }
 
 /// The error of [`Engine::execute`]: rejected before the tool ran, or failed in it.
@@ -108,9 +111,34 @@ impl Engine {
 
     /// An engine on the given clock.
     pub fn with_clock(policy: Policy, clock: Arc<dyn Clock>) -> Self {
+        Self::build(policy, clock, None)
+    }
+
+    /// An engine whose quotas live in a shared `store` (see [`crate::store`]):
+    /// every process on the same store obeys one quota. Retry-After pauses, circuit
+    /// breakers and adaptive limits stay per process.
+    ///
+    /// Admit with [`Engine::admit`], [`Engine::admit_now`] and [`Engine::admit_all`];
+    /// the synchronous [`Engine::try_admit`] and [`Engine::try_admit_all`] cannot ask
+    /// a store and refuse every call that needs one.
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot run `policy`.
+    pub fn with_store(
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+        store: Arc<dyn QuotaStore>,
+    ) -> Result<Self, String> {
+        store.apply(&policy)?;
+        Ok(Self::build(policy, clock, Some(store)))
+    }
+
+    fn build(policy: Policy, clock: Arc<dyn Clock>, store: Option<Arc<dyn QuotaStore>>) -> Self {
         let core = Arc::new(Core {
             clock,
             sched: Mutex::new(Scheduler::default()),
+            store,
         });
         let now = core.clock.now();
         let compiled = Compiled::new(policy, &core, None, now);
@@ -129,6 +157,11 @@ impl Engine {
         &self.inner.core.clock
     }
 
+    /// The shared store of the quotas, or `None` when they live in this process.
+    pub fn store(&self) -> Option<&Arc<dyn QuotaStore>> {
+        self.inner.core.store.as_ref()
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> Policy {
         self.inner.compiled.load().policy.clone()
@@ -144,6 +177,9 @@ impl Engine {
         let Some(tool) = compiled.tools.get(call.tool) else {
             return self.unknown(&compiled, call);
         };
+        if self.inner.core.store.is_some() {
+            return Err(self.needs_async(tool, call));
+        }
         let now = self.inner.core.clock.now();
         tool.try_admit(call, now).map_err(|d| {
             tool.stats.on_reject(&d.rejection, call.tenant);
@@ -200,16 +236,50 @@ impl Engine {
                 None => return self.unknown(&compiled, call),
             }
         };
-        let now = self.inner.core.clock.now();
-        let denied = match tool.try_admit(call, now) {
-            Ok(permit) => return Ok(permit),
-            Err(d) => d,
-        };
         let waits = tool.on_limit == OnLimit::Wait || call.max_wait.is_some();
-        let result = if waits && denied.can_wait {
-            tool.clone().wait(*call, denied).await
-        } else {
-            Err(denied.rejection)
+        self.admit_tool(&tool, call, waits).await
+    }
+
+    /// Admits `call` now or rejects it now, like [`Engine::try_admit`], on any store
+    /// (a shared store answers after a round trip).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    pub async fn admit_now(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        let tool = {
+            let compiled = self.inner.compiled.load();
+            match compiled.tools.get(call.tool) {
+                Some(t) => t.clone(),
+                None => return self.unknown(&compiled, call),
+            }
+        };
+        self.admit_tool(&tool, call, false).await
+    }
+
+    async fn admit_tool(
+        &self,
+        tool: &Arc<ToolRuntime>,
+        call: &Call<'_>,
+        waits: bool,
+    ) -> Result<Permit, Rejection> {
+        let now = self.inner.core.clock.now();
+        let result = match tool.try_admit(call, now) {
+            Ok(permit) => Ok(permit),
+            Err(denied) if waits && denied.can_wait => tool.clone().wait(*call, denied).await,
+            Err(denied) => Err(denied.rejection),
+        };
+        let result = match (result, &self.inner.core.store) {
+            (Ok(local), Some(store)) => match store.admit(*call, waits).await {
+                Ok(lease) => Ok(local.with_lease(lease)),
+                Err(r) => {
+                    // Nothing ran: the local parts (a probe slot, an adaptive
+                    // concurrency slot) go back as if the call never came.
+                    local.discard();
+                    Err(r)
+                }
+            },
+            (result, _) => result,
         };
         if let Err(r) = &result {
             tool.stats.on_reject(r, call.tenant);
@@ -225,6 +295,65 @@ impl Engine {
     /// The rejection of the first quota that cannot fit; nothing was consumed.
     pub fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
         let compiled = self.inner.compiled.load();
+        if self.inner.core.store.is_some() {
+            if let Some((call, tool)) = calls
+                .iter()
+                .find_map(|c| compiled.tools.get(c.tool).map(|t| (c, t)))
+            {
+                return Err(self.needs_async(tool, call));
+            }
+        }
+        self.admit_all_local(&compiled, calls)
+    }
+
+    /// Admits every call or none, like [`Engine::try_admit_all`], on any store (a
+    /// shared store answers after a round trip). Never waits.
+    ///
+    /// # Errors
+    ///
+    /// The rejection of the first quota that cannot fit; nothing was consumed.
+    pub async fn admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
+        let local = {
+            let compiled = self.inner.compiled.load();
+            self.admit_all_local(&compiled, calls)?
+        };
+        let Some(store) = &self.inner.core.store else {
+            return Ok(local);
+        };
+        // The store sees only the calls of tools with a policy.
+        let known: Vec<Call<'_>> = calls
+            .iter()
+            .zip(&local)
+            .filter(|(_, p)| p.tool().is_some())
+            .map(|(c, _)| *c)
+            .collect();
+        match store.admit_all(&known).await {
+            Ok(leases) => {
+                let mut leases = leases.into_iter();
+                Ok(local
+                    .into_iter()
+                    .map(|p| match p.tool().map(|_| leases.next()) {
+                        Some(Some(lease)) => p.with_lease(lease),
+                        _ => p,
+                    })
+                    .collect())
+            }
+            Err(r) => {
+                let compiled = self.inner.compiled.load();
+                if let Some(t) = compiled.tools.get(r.tool()) {
+                    t.stats.on_reject(&r, None);
+                }
+                local.into_iter().for_each(Permit::discard);
+                Err(r)
+            }
+        }
+    }
+
+    fn admit_all_local(
+        &self,
+        compiled: &Compiled,
+        calls: &[Call<'_>],
+    ) -> Result<Vec<Permit>, Rejection> {
         let now = self.inner.core.clock.now();
         let mut tools: Vec<Option<&Arc<ToolRuntime>>> = Vec::with_capacity(calls.len());
         let mut plans = Vec::with_capacity(calls.len());
@@ -333,7 +462,7 @@ impl Engine {
                     );
                 }
             }
-            tool.stats.on_admit(Duration::ZERO, call.tenant);
+            tool.on_admit(Duration::ZERO, call.tenant);
             permits.push(Permit::new(
                 Some((*tool).clone()),
                 held,
@@ -374,8 +503,26 @@ impl Engine {
     /// state (and waiters); changed ones start from a conversion of the old state that
     /// never grants more than the old quota had left. Calls already admitted or
     /// waiting are unaffected.
+    ///
+    /// On a shared store that cannot run `policy`, the error is logged and the old
+    /// policy stays in force; [`Engine::try_apply`] returns it instead.
     pub fn apply(&self, policy: Policy) {
+        if let Err(e) = self.try_apply(policy) {
+            tracing::error!(error = %e, "the new policy was not applied");
+        }
+    }
+
+    /// As [`Engine::apply`], saying when a shared store cannot run `policy` (the old
+    /// policy then stays in force, in the store and here).
+    ///
+    /// # Errors
+    ///
+    /// The store's message.
+    pub fn try_apply(&self, policy: Policy) -> Result<(), String> {
         let _serial = self.inner.reload.lock();
+        if let Some(store) = &self.inner.core.store {
+            store.apply(&policy)?;
+        }
         let old = self.inner.compiled.load_full();
         let now = self.inner.core.clock.now();
         let new = Compiled::new(policy, &self.inner.core, Some(&old), now);
@@ -383,6 +530,7 @@ impl Engine {
         self.inner
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// A handle on `tool` that skips the lookup by name on every call.
@@ -420,6 +568,17 @@ impl Engine {
         }
     }
 
+    /// The answer of the synchronous verbs on a shared store, which they cannot ask.
+    fn needs_async(&self, tool: &ToolRuntime, call: &Call<'_>) -> Rejection {
+        tracing::error!(
+            tool = call.tool,
+            "try_admit cannot ask a shared store; use admit_now or admit_all"
+        );
+        let r = Rejection::new(tool.name.clone(), "store", Reason::CircuitOpen, None);
+        tool.stats.on_reject(&r, call.tenant);
+        r
+    }
+
     pub(crate) fn compiled(&self) -> SwapGuard<Compiled> {
         self.inner.compiled.load()
     }
@@ -440,6 +599,9 @@ impl ToolHandle {
             Some((generation, tool))
                 if *generation == inner.generation.load(std::sync::atomic::Ordering::Acquire) =>
             {
+                if inner.core.store.is_some() {
+                    return Err(self.engine.needs_async(tool, call));
+                }
                 let now = inner.core.clock.now();
                 tool.try_admit(call, now).map_err(|d| {
                     tool.stats.on_reject(&d.rejection, call.tenant);

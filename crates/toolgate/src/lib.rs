@@ -80,6 +80,7 @@ mod quota;
 mod rate;
 pub mod retry;
 mod state;
+pub mod store;
 mod sync;
 
 pub use circuit::CircuitState;

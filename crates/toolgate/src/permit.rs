@@ -8,6 +8,7 @@ use crate::clock::Nanos;
 use crate::decision::Completion;
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CostOf, Kind, Quota};
+use crate::store::StoreLease;
 
 /// Proof that a call was admitted.
 ///
@@ -36,6 +37,8 @@ pub struct Permit {
     waited: Duration,
     done: bool,
     probe: bool,
+    /// What a shared store keeps for the call (see [`crate::store`]).
+    lease: Option<Box<dyn StoreLease>>,
 }
 
 /// What a permit keeps: inline for up to two parts (a token budget and a
@@ -67,7 +70,18 @@ impl Permit {
             waited,
             done: false,
             probe: false,
+            lease: None,
         }
+    }
+
+    /// Adds what a shared store keeps for the call; the call is now admitted.
+    pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>) -> Self {
+        self.waited += lease.waited();
+        if let Some(tool) = &self.tool {
+            tool.stats.on_admit(self.waited, None);
+        }
+        self.lease = Some(lease);
+        self
     }
 
     /// Marks the permit as a half-open probe of the tool's circuit breaker.
@@ -105,8 +119,21 @@ impl Permit {
     /// Permits from [`crate::Engine::try_admit`] and [`crate::Engine::admit`] keep
     /// only their concurrency and token parts, so for them this is like dropping.
     pub fn cancel(mut self) {
+        self.give_back(true);
+    }
+
+    /// Gives back the local parts of a call that a shared store then refused: it was
+    /// never admitted, so it never counted as in flight.
+    pub(crate) fn discard(mut self) {
+        self.give_back(false);
+    }
+
+    fn give_back(&mut self, admitted: bool) {
         if std::mem::replace(&mut self.done, true) {
             return;
+        }
+        if let Some(lease) = self.lease.take() {
+            lease.cancel();
         }
         let Some(tool) = &self.tool else {
             return;
@@ -125,12 +152,17 @@ impl Permit {
         if self.probe {
             tool.cancel_probe();
         }
-        tool.stats.on_finish(None);
+        if admitted {
+            tool.stats.on_finish(None);
+        }
     }
 
     fn finish(&mut self, completion: Option<Completion>) {
         if std::mem::replace(&mut self.done, true) {
             return;
+        }
+        if let Some(lease) = self.lease.take() {
+            lease.complete(completion);
         }
         let Some(tool) = &self.tool else {
             return;

@@ -145,8 +145,11 @@ impl Compiled {
             quotas.insert(path, q.clone());
             q
         };
+        // On a shared store, the store keeps every quota; only an adaptive
+        // concurrency limit (a per-process limit by nature) stays here.
+        let shared = core.store.is_some();
         let mut pools: HashMap<&str, Vec<Arc<Quota>>> = HashMap::new();
-        for (name, q) in &config.pools {
+        for (name, q) in config.pools.iter().filter(|_| !shared) {
             let prefix = crate::config::join_path("pools", name);
             pools.insert(
                 name,
@@ -165,8 +168,18 @@ impl Compiled {
             // An adaptive limit drives the tool's concurrency quota: its capacity is
             // `max` (capped by a static `concurrency`), its current limit the learnt one.
             let mut own = t.quota.clone();
+            if shared {
+                own = QuotaConfig {
+                    concurrency: None,
+                    rate: None,
+                    tokens: None,
+                    partition: None,
+                    ..own
+                };
+            }
             if let Some(a) = &t.adaptive {
-                own.concurrency = Some(own.concurrency.map_or(a.max, |k| k.min(a.max)));
+                let k = t.quota.concurrency;
+                own.concurrency = Some(k.map_or(a.max, |k| k.min(a.max)));
             }
             let mut list: Vec<Arc<Quota>> = quota_defs(&prefix, &own, config.mode)
                 .map(|(p, d)| build(p, d))

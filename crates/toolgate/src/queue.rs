@@ -471,7 +471,7 @@ impl ToolRuntime {
             self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
         }
         let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
-        self.stats.on_admit(waited, call.tenant);
+        self.on_admit(waited, call.tenant);
         let mut permit = Permit::new(Some(self.clone()), held, admitted_at, waited);
         permit.set_probe(probe.disarm());
         Ok(permit)

@@ -92,7 +92,7 @@ pub struct Redis {
 pub struct RedisFactory {
     pub url: String,
     pub lease_ttl: Duration,
-    seq: AtomicU64,
+    pub seq: AtomicU64,
     /// The server, when this factory started it.
     pub server: Option<RedisServer>,
 }
@@ -155,6 +155,70 @@ impl Backend for Redis {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     fn waited(permit: &RedisPermit) -> Duration {
+        permit.waited()
+    }
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+}
+
+// === an engine on redis ===
+
+/// A `toolgate::Engine` whose quotas live in Redis (`Engine::with_store`): what
+/// the gateway and the Python package run with `--store redis://…`.
+#[derive(Debug, Clone)]
+pub struct EngineOnRedis {
+    pub engine: Engine,
+    clock: ManualClock,
+}
+
+/// Engines on one Redis server, each with its own key prefix.
+#[derive(Debug)]
+pub struct EngineOnRedisFactory(pub RedisFactory);
+
+impl EngineOnRedisFactory {
+    pub fn local() -> Option<Self> {
+        RedisFactory::local().map(Self)
+    }
+}
+
+impl Factory for EngineOnRedisFactory {
+    type B = EngineOnRedis;
+    async fn make(&self, toml: &str) -> EngineOnRedis {
+        let clock = ManualClock::new();
+        clock.advance(Duration::from_secs(1000));
+        let n = self.0.seq.fetch_add(1, Ordering::Relaxed);
+        let store = store(&self.0.url, &prefix(&format!("eng{n}")), "timeout = \"5s\"");
+        let engine = RedisGate::builder(policy(toml), store)
+            .clock(Arc::new(clock.clone()))
+            .lease_ttl(self.0.lease_ttl)
+            .engine()
+            .await
+            .expect("connect");
+        EngineOnRedis { engine, clock }
+    }
+}
+
+impl Backend for EngineOnRedis {
+    type Permit = Permit;
+    async fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        self.engine.admit_now(call).await
+    }
+    async fn admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        self.engine.admit(call).await
+    }
+    async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
+        self.engine.admit_all(calls).await
+    }
+    async fn complete(&self, permit: Permit, completion: Completion) {
+        // The store's round trip runs in the background: let it land.
+        permit.complete(completion);
+        self.settle().await;
+    }
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fn waited(permit: &Permit) -> Duration {
         permit.waited()
     }
     fn clock(&self) -> &ManualClock {

@@ -1,0 +1,283 @@
+//! [`RedisStore`]: Redis behind a [`toolgate::Engine`], through the core's
+//! [`QuotaStore`] seam.
+//!
+//! The engine keeps what is per process (Retry-After pauses, circuit breakers,
+//! adaptive limits) and asks the store, one round trip per admission, for every
+//! quota of the call. This is how the gateway (`toolgate serve --store redis://…`)
+//! and the Python package (`store="redis://…"`) share quotas.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use toolgate::config::StoreConfig;
+use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
+use toolgate::{Call, Clock, Completion, Engine, Policy, Rejection, SystemClock};
+
+use crate::error::StoreError;
+use crate::permit::RedisPermit;
+use crate::store::{Builder, RedisGate};
+
+/// The Redis store of a [`toolgate::Engine`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use toolgate::config::Config;
+/// use toolgate::{Call, Completion, Policy};
+///
+/// let config = Config::from_toml_str(r#"
+///     [store]
+///     url = "redis://127.0.0.1:6379"
+///
+///     [tools.lookup_customer]
+///     rate = "2/s"
+/// "#)?;
+/// let store = config.store.clone().expect("a [store] section");
+/// let engine = toolgate_redis::engine(Policy::new(config)?, &store).await?;
+/// let permit = engine.admit_now(&Call::new("lookup_customer")).await?;
+/// permit.complete(Completion::success());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisStore {
+    gate: RwLock<RedisGate>,
+    handle: tokio::runtime::Handle,
+}
+
+/// A call's fields, owned, to admit it on the store's runtime.
+struct OwnedCall {
+    tool: String,
+    tenant: Option<String>,
+    tokens: u64,
+    count: u64,
+    max_wait: Option<Duration>,
+}
+
+/// A spawned task that is aborted when its handle is dropped, so that dropping an
+/// admission future cancels the admission as dropping it in place would.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+/// A Redis permit held by an engine's permit.
+#[derive(Debug)]
+struct Lease {
+    permit: RedisPermit,
+    handle: tokio::runtime::Handle,
+}
+
+/// Connects to the Redis of `store` and builds an engine on it (system clock).
+///
+/// # Errors
+///
+/// As [`Builder::connect`], or when Redis cannot run the policy.
+pub async fn engine(policy: Policy, store: &StoreConfig) -> Result<Engine, StoreError> {
+    RedisGate::builder(policy, store.clone()).engine().await
+}
+
+// === impl Builder ===
+
+impl Builder {
+    /// Connects and builds an engine whose quotas live in Redis, on the builder's
+    /// clock (or the system clock). Must run inside a Tokio runtime, which then
+    /// carries the store's I/O (admissions from other executors are handed to it).
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect`].
+    pub async fn engine(self) -> Result<Engine, StoreError> {
+        let clock: Arc<dyn Clock> = match self.clock_ref() {
+            Some(c) => c.clone(),
+            None => Arc::new(SystemClock::new()),
+        };
+        let gate = self.embedded().connect().await?;
+        let policy = gate.policy().clone();
+        let store = Arc::new(RedisStore {
+            gate: RwLock::new(gate),
+            handle: tokio::runtime::Handle::current(),
+        });
+        Engine::with_store(policy, clock, store).map_err(|message| StoreError::Config {
+            key: "policy",
+            message,
+        })
+    }
+}
+
+// === impl RedisStore ===
+
+impl RedisStore {
+    fn gate(&self) -> RedisGate {
+        match self.gate.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn lease(&self, permit: RedisPermit) -> Box<dyn StoreLease> {
+        Box::new(Lease {
+            permit: permit.unmetered(),
+            handle: self.handle.clone(),
+        })
+    }
+}
+
+impl QuotaStore for RedisStore {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn admit<'a>(
+        &'a self,
+        call: Call<'a>,
+        wait: bool,
+    ) -> StoreFuture<'a, Result<Box<dyn StoreLease>, Rejection>> {
+        let gate = self.gate();
+        Box::pin(async move {
+            let permit = if tokio::runtime::Handle::try_current().is_ok() {
+                admit(&gate, &call, wait).await
+            } else {
+                // Another executor (Python's asyncio): Redis I/O needs Tokio's
+                // reactor, so the admission runs on the store's runtime.
+                let owned = OwnedCall::of(&call);
+                let task = self
+                    .handle
+                    .spawn(async move { admit(&gate, &owned.call(), wait).await });
+                match AbortOnDrop(task).await {
+                    Ok(result) => result,
+                    Err(e) => Err(Rejection::new(
+                        call.tool_name(),
+                        "store",
+                        toolgate::Reason::CircuitOpen,
+                        None,
+                    ))
+                    .inspect_err(|_| tracing::error!(error = %e, "redis admission task failed")),
+                }
+            };
+            permit.map(|p| self.lease(p))
+        })
+    }
+
+    fn admit_all<'a>(
+        &'a self,
+        calls: &'a [Call<'a>],
+    ) -> StoreFuture<'a, Result<Vec<Box<dyn StoreLease>>, Rejection>> {
+        let gate = self.gate();
+        Box::pin(async move {
+            let permits = if tokio::runtime::Handle::try_current().is_ok() {
+                gate.try_admit_all(calls).await
+            } else {
+                let owned: Vec<OwnedCall> = calls.iter().map(OwnedCall::of).collect();
+                let task = self.handle.spawn(async move {
+                    let calls: Vec<Call<'_>> = owned.iter().map(OwnedCall::call).collect();
+                    gate.try_admit_all(&calls).await
+                });
+                match AbortOnDrop(task).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Rejection::new(
+                        calls.first().map_or("", |c| c.tool_name()),
+                        "store",
+                        toolgate::Reason::CircuitOpen,
+                        None,
+                    )),
+                }
+            };
+            permits.map(|ps| ps.into_iter().map(|p| self.lease(p)).collect())
+        })
+    }
+
+    fn apply(&self, policy: &Policy) -> Result<(), String> {
+        let mut gate = match self.gate.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if gate.policy() == policy {
+            return Ok(());
+        }
+        *gate = gate
+            .reconfigured(policy.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+async fn admit(gate: &RedisGate, call: &Call<'_>, wait: bool) -> Result<RedisPermit, Rejection> {
+    if wait {
+        gate.admit(call).await
+    } else {
+        gate.try_admit(call).await
+    }
+}
+
+// === impl OwnedCall ===
+
+impl OwnedCall {
+    fn of(call: &Call<'_>) -> Self {
+        Self {
+            tool: call.tool_name().to_owned(),
+            tenant: call.tenant_id().map(str::to_owned),
+            tokens: call.token_estimate(),
+            count: call.request_count(),
+            max_wait: call.max_wait_override(),
+        }
+    }
+
+    fn call(&self) -> Call<'_> {
+        let c = Call::new(&self.tool)
+            .with_tenant(self.tenant.as_deref())
+            .tokens(self.tokens)
+            .count(self.count);
+        match self.max_wait {
+            Some(w) => c.max_wait(w),
+            None => c,
+        }
+    }
+}
+
+// === impl AbortOnDrop ===
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+// === impl Lease ===
+
+impl StoreLease for Lease {
+    fn waited(&self) -> Duration {
+        self.permit.waited()
+    }
+
+    fn complete(self: Box<Self>, completion: Option<Completion>) {
+        let Self { permit, handle } = *self;
+        match completion {
+            // Releasing leases and reconciling tokens is a round trip: it runs in the
+            // background (bounded by the store's timeout; leases expire otherwise).
+            Some(c) => {
+                handle.spawn(async move {
+                    if let Err(e) = permit.complete(c).await {
+                        tracing::warn!(error = %e, "redis permit not completed; its leases expire");
+                    }
+                });
+            }
+            // Dropping releases the leases in the background.
+            None => drop(permit),
+        }
+    }
+
+    fn cancel(self: Box<Self>) {
+        // Redis keeps no record of a reservation's rate charges: an unused part gives
+        // back its concurrency leases; its rate tokens refill.
+        drop(self.permit);
+    }
+}
