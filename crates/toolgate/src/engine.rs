@@ -392,7 +392,7 @@ impl Engine {
                 }
                 None => {
                     if compiled.unknown == UnknownTools::Deny {
-                        return self.unknown(&compiled, call).map(|_| Vec::new());
+                        return self.unknown(compiled, call).map(|_| Vec::new());
                     }
                     tools.push(None);
                     plans.push(SmallVec::new());
