@@ -72,7 +72,14 @@ async fn serve(opts: Options) -> ExitCode {
         Err(msg) => return cannot_start(&msg),
     };
     let auth = !loaded.settings.tokens.is_empty();
-    let state = match AppState::new(source, loaded, &store) {
+    // The engine registers its metric handles: the recorder comes first.
+    crate::metrics::install();
+    let engine = match store.engine(loaded.policy.clone()).await {
+        Ok(e) => e,
+        Err(e) => return cannot_start(&e.0),
+    };
+    tracing::info!(store = %store.describe(), "quota store");
+    let state = match AppState::new(source, loaded, engine) {
         Ok(s) => s,
         Err(e) => return invalid(&name, &e.0),
     };
@@ -114,7 +121,7 @@ fn store_of(opts: &Options, loaded: &Loaded) -> Result<Store, String> {
         .clone()
         .or_else(|| loaded.policy.store.as_ref().map(|s| s.url.clone()))
         .unwrap_or_else(|| "memory".into());
-    Store::parse(&url).map_err(|e| e.0)
+    Store::parse(&url, loaded.policy.store.as_ref()).map_err(|e| e.0)
 }
 
 fn listen_of(opts: &Options, loaded: &Loaded) -> Result<SocketAddr, String> {

@@ -13,7 +13,6 @@ use crate::auth::Auth;
 use crate::leases::Leases;
 use crate::ratelimit::Headers;
 use crate::settings::{LoadErrors, Loaded, Settings};
-use crate::store::Store;
 use crate::upstream::Upstream;
 
 /// Where the config comes from, and is read again on reload.
@@ -96,7 +95,7 @@ impl AppState {
     /// # Errors
     ///
     /// When a schema of an upstream is invalid.
-    pub fn new(source: Source, loaded: Loaded, store: &Store) -> Result<Self, LoadErrors> {
+    pub fn new(source: Source, loaded: Loaded, engine: Engine) -> Result<Self, LoadErrors> {
         let metrics = crate::metrics::install();
         let upstreams = Upstream::compile_all(&loaded.policy).map_err(LoadErrors)?;
         crate::metrics::publish_circuits(&loaded.policy);
@@ -104,7 +103,7 @@ impl AppState {
         let leases = Arc::new(Leases::default());
         crate::leases::spawn_reaper(Arc::downgrade(&leases));
         Ok(Self(Arc::new(Inner {
-            engine: store.engine(loaded.policy),
+            engine,
             leases,
             body_limit: live.settings.body_limit,
             request_timeout: live.settings.request_timeout,
@@ -122,7 +121,9 @@ impl AppState {
     /// Every problem of the config.
     pub fn from_toml(text: &str) -> Result<Self, LoadErrors> {
         let loaded = Loaded::from_toml_str(text)?;
-        Self::new(Source::Text(text.to_string()), loaded, &Store::Memory)
+        crate::metrics::install();
+        let engine = Engine::new(loaded.policy.clone());
+        Self::new(Source::Text(text.to_string()), loaded, engine)
     }
 
     /// Reads the config again and puts it in force, keeping the state of unchanged
@@ -146,7 +147,10 @@ impl AppState {
         crate::metrics::publish_circuits(&loaded.policy);
         let live = Live::new(&loaded, upstreams);
         let tools = loaded.policy.tools.len();
-        self.0.engine.apply(loaded.policy);
+        self.0
+            .engine
+            .try_apply(loaded.policy)
+            .map_err(|e| LoadErrors(vec![format!("store: {e}")]))?;
         self.0.live.store(Arc::new(live));
         Ok(tools)
     }

@@ -1,40 +1,45 @@
-//! Where quota state lives: the `--store` URL.
+//! Where quota state lives: the `--store` URL (or `[store] url`).
 //!
-//! Only the in-memory store exists in this build. The gateway builds its [`Engine`]
-//! here, so a shared backend (the Redis store, crate `toolgate-redis`) plugs in at
-//! this one place.
+//! `memory` keeps quotas in this process. `redis://…` keeps them in Redis
+//! (crate `toolgate-redis`), so every gateway on the same Redis and key prefix
+//! obeys one quota; the rest of `[store]` (key prefix, timeout, `on_store_error`,
+//! `local_share`, `local_grant`) applies.
 
+use toolgate::config::StoreConfig;
 use toolgate::{Engine, Policy};
 
-/// A parsed `--store` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A parsed store choice.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Store {
     /// Quota state in this process.
     Memory,
+    /// Quota state in Redis, shared by every gateway on it.
+    Redis(StoreConfig),
 }
 
-/// A store URL this build cannot use.
+/// A store URL or connection that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreError(pub String);
 
 // === impl Store ===
 
 impl Store {
-    /// Parses `memory` or `redis://…`.
+    /// Parses `memory` or `redis://…`; `section` is the config's `[store]` table,
+    /// whose other keys apply to a Redis URL given on the command line too.
     ///
     /// # Errors
     ///
-    /// For `redis://` (not available in this build) and any other scheme.
-    pub fn parse(url: &str) -> Result<Self, StoreError> {
+    /// For any other scheme.
+    pub fn parse(url: &str, section: Option<&StoreConfig>) -> Result<Self, StoreError> {
         match url {
             "memory" | "memory://" => Ok(Self::Memory),
             u if u.starts_with("redis://") || u.starts_with("rediss://") => {
-                Err(StoreError(format!(
-                    "store {:?}: the Redis store is not available in this build of toolgate \
-                     (it ships with the toolgate-redis crate); use --store memory",
-                    redact(u)
-                )))
+                let mut cfg = section
+                    .cloned()
+                    .unwrap_or_else(|| StoreConfig::new(u.to_string()));
+                cfg.url = u.to_string();
+                Ok(Self::Redis(cfg))
             }
             other => Err(StoreError(format!(
                 "store {:?}: unknown store (expected memory or redis://host:port)",
@@ -43,10 +48,27 @@ impl Store {
         }
     }
 
-    /// Builds the engine on this store.
-    pub fn engine(&self, policy: Policy) -> Engine {
+    /// Builds the engine on this store (connecting to Redis lazily: a gateway
+    /// starts while Redis is down, and calls then follow `on_store_error`).
+    ///
+    /// # Errors
+    ///
+    /// When the Redis URL or options are unusable, or a quota cannot be computed
+    /// exactly in Redis.
+    pub async fn engine(&self, policy: Policy) -> Result<Engine, StoreError> {
         match self {
-            Self::Memory => Engine::new(policy),
+            Self::Memory => Ok(Engine::new(policy)),
+            Self::Redis(cfg) => toolgate_redis::engine(policy, cfg)
+                .await
+                .map_err(|e| StoreError(format!("store {:?}: {e}", redact(&cfg.url)))),
+        }
+    }
+
+    /// What to show in logs: the scheme and host, never a password.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Memory => "memory".into(),
+            Self::Redis(cfg) => redact(&cfg.url),
         }
     }
 }
@@ -72,10 +94,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_works_and_redis_says_it_is_not_in_this_build() {
-        assert_eq!(Store::parse("memory"), Ok(Store::Memory));
-        let e = Store::parse("redis://:pw@127.0.0.1:6379").expect_err("no redis");
-        assert!(e.0.contains("not available in this build"), "{e}");
+    fn memory_and_redis_urls_parse_and_others_are_refused() {
+        assert_eq!(Store::parse("memory", None), Ok(Store::Memory));
+        let Ok(Store::Redis(cfg)) = Store::parse("redis://:pw@127.0.0.1:6379", None) else {
+            panic!("a redis store");
+        };
+        assert_eq!(cfg.key_prefix, "toolgate:");
+        let e = Store::parse("postgres://:pw@h/db", None).expect_err("unknown");
+        assert!(e.0.contains("unknown store"), "{e}");
         assert!(!e.0.contains("pw"), "{e}");
+        let r = Store::parse("redis://:pw@h:1", None).expect("redis");
+        assert_eq!(r.describe(), "redis://***@h:1");
+    }
+
+    #[test]
+    fn a_command_line_url_keeps_the_other_store_keys_of_the_config() {
+        let mut section = StoreConfig::new("redis://a:1");
+        section.key_prefix = "team:".into();
+        let Ok(Store::Redis(cfg)) = Store::parse("redis://b:2", Some(&section)) else {
+            panic!("a redis store");
+        };
+        assert_eq!(
+            (cfg.url.as_str(), cfg.key_prefix.as_str()),
+            ("redis://b:2", "team:")
+        );
     }
 }

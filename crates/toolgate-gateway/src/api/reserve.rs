@@ -60,7 +60,7 @@ pub async fn reserve(
         .flat_map(|s| std::iter::repeat_n(s.tool.as_str(), s.count as usize))
         .map(|t| Call::new(t).with_tenant(tenant.as_deref()))
         .collect();
-    let permits = match state.engine().try_admit_all(&calls) {
+    let permits = match state.engine().admit_all(&calls).await {
         Ok(p) => p,
         Err(r) => return Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
     };

@@ -14,4 +14,5 @@ mod invoke;
 mod leases;
 mod reload;
 mod reserve;
+mod shared_store;
 mod tools;

@@ -23,7 +23,12 @@ pub async fn start(toml: &str) -> Server {
 pub async fn start_file(path: &std::path::Path) -> Server {
     let source = Source::File(path.to_path_buf());
     let loaded = source.load().expect("valid config");
-    start_on(AppState::new(source, loaded, &Store::Memory).expect("state")).await
+    toolgate_gateway::metrics::install();
+    let engine = Store::Memory
+        .engine(loaded.policy.clone())
+        .await
+        .expect("engine");
+    start_on(AppState::new(source, loaded, engine).expect("state")).await
 }
 
 pub async fn start_on(state: AppState) -> Server {

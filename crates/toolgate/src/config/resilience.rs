@@ -145,6 +145,21 @@ pub struct StoreConfig {
     pub local_grant: u64,
 }
 
+impl StoreConfig {
+    /// A `[store]` section with `url` and every other key at its default, as
+    /// `--store URL` gives when the config has no `[store]` section.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            key_prefix: "toolgate:".into(),
+            timeout: Duration::from_millis(50),
+            on_store_error: OnStoreError::default(),
+            local_share: 0.1,
+            local_grant: 0,
+        }
+    }
+}
+
 /// Behaviour when the shared store cannot answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnStoreError {

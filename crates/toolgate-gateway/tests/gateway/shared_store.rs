@@ -1,0 +1,242 @@
+//! `toolgate serve --store redis://…`: two gateway processes on one real
+//! `redis-server` (started here on a free port) obey one quota.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A `redis-server` of this test, killed on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+/// A `toolgate serve` process, killed on drop.
+struct Gateway {
+    child: Child,
+    base: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Whether redis-server exists; a missing one fails the test (so CI notices)
+/// unless `TOOLGATE_SKIP_REDIS=1` outside CI.
+fn redis_available() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false");
+    if !found && std::env::var("TOOLGATE_SKIP_REDIS").as_deref() == Ok("1") && !in_ci {
+        eprintln!("redis-server not found; skipped because TOOLGATE_SKIP_REDIS=1");
+        return false;
+    }
+    assert!(found, "redis-server not found (scripts/test installs it)");
+    true
+}
+
+impl Redis {
+    fn start() -> Self {
+        for _ in 0..10 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("toolgate-gw-redis-{port}"));
+            let _ = std::fs::create_dir_all(&dir);
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            let mut r = Self { child, port, dir };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if r.ping() {
+                    return r;
+                }
+                if let Ok(Some(_)) = r.child.try_wait() {
+                    break; // the port was taken meanwhile
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        panic!("could not start redis-server");
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Gateway {
+    fn start(config: &std::path::Path, store: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                store,
+                "--config",
+            ])
+            .arg(config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn toolgate");
+        let out = child.stdout.take().expect("stdout");
+        let base = BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("toolgate listening on ")
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(str::to_string)
+            })
+            .expect("the address line");
+        Self { child, base }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn admit(http: &reqwest::Client, base: &str, tool: &str) -> (u16, Value) {
+    let res = http
+        .post(format!("{base}/v1/admit"))
+        .json(&json!({"tool": tool}))
+        .send()
+        .await
+        .expect("request");
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_redis_obey_one_quota() {
+    if !redis_available() {
+        return;
+    }
+    let redis = Redis::start();
+    let dir = std::env::temp_dir().join(format!("toolgate-gw-shared-{}", redis.port));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        r#"
+        [store]
+        timeout = "2s"          # semantics, not timeouts, are tested here
+
+        [tools.lookup_customer]
+        rate = "5/min"
+        burst = 5
+
+        [tools.search_documents]
+        rate = "1000/s"
+        "#,
+    )
+    .expect("write config");
+    let a = Gateway::start(&config, &redis.url());
+    let b = Gateway::start(&config, &redis.url());
+    let http = reqwest::Client::new();
+
+    // 2 × 20 concurrent calls, half through each gateway: 5 in all get through.
+    let calls = (0..40).map(|i| {
+        let base = if i % 2 == 0 { &a.base } else { &b.base }.clone();
+        let http = http.clone();
+        async move { admit(&http, &base, "lookup_customer").await }
+    });
+    let results = futures_join_all(calls).await;
+    let admitted = results.iter().filter(|(s, _)| *s == 200).count();
+    assert_eq!(admitted, 5, "{results:?}");
+    let (status, no) = results
+        .iter()
+        .find(|(s, _)| *s == 429)
+        .expect("a rejection");
+    assert_eq!(*status, 429);
+    assert_eq!(no["quota"], "tools.lookup_customer.rate");
+    assert_eq!(no["reason"], "rate_limited");
+    assert!(
+        no["retry_after_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{no}"
+    );
+
+    // Both gateways see the quota spent; an unrelated tool is untouched.
+    assert_eq!(admit(&http, &a.base, "lookup_customer").await.0, 429);
+    assert_eq!(admit(&http, &b.base, "lookup_customer").await.0, 429);
+    assert_eq!(admit(&http, &b.base, "search_documents").await.0, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_fails_closed_within_the_store_timeout() {
+    let dir = std::env::temp_dir().join(format!("toolgate-gw-down-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        "[store]\ntimeout = \"200ms\"\n\n[tools.lookup_customer]\nrate = \"5/s\"\n",
+    )
+    .expect("write config");
+    // Nothing listens on this port: the gateway starts anyway (the store is
+    // connected lazily) and refuses calls, by the quota `store`, in bounded time.
+    let gw = Gateway::start(&config, &format!("redis://127.0.0.1:{}", free_port()));
+    let http = reqwest::Client::new();
+    let start = Instant::now();
+    let (status, body) = admit(&http, &gw.base, "lookup_customer").await;
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["quota"], "store");
+    assert_eq!(body["reason"], "circuit_open");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs futures concurrently (no `futures` dependency needed for one helper).
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    fs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = fs.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
