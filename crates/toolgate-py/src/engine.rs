@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::task::Waker;
 
-use pyo3::exceptions::{PyNotImplementedError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use toolgate::config::{Config, OnLimit, UnknownTools};
@@ -25,19 +25,20 @@ pub(crate) struct Engine {
     tools: BTreeSet<String>,
     waiting_tools: BTreeSet<String>,
     deny_unknown: bool,
+    /// The quotas live in a shared store (Redis): every admission is a round trip.
+    shared: bool,
 }
 
 // === impl Engine ===
 
 impl Engine {
     fn build(
+        py: Python<'_>,
         config: Result<Config, toolgate::config::ConfigErrors>,
         clock: Option<&PyManualClock>,
     ) -> PyResult<Self> {
         let config = config.map_err(|e| PyValueError::new_err(e.to_string()))?;
-        if let Some(store) = config.store.as_ref().filter(|s| s.url != "memory") {
-            return Err(store_unavailable(&store.url));
-        }
+        let store = config.store.clone().filter(|s| s.url != "memory");
         let tools: BTreeSet<String> = config.tools.keys().cloned().collect();
         let waiting_tools = config
             .tools
@@ -47,27 +48,26 @@ impl Engine {
             .collect();
         let deny_unknown = config.unknown_tools == UnknownTools::Deny;
         let policy = Policy::new(config).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let manual = clock.is_some();
         let clock = clock_of(clock);
+        let shared = store.is_some();
+        let engine = match store {
+            None => toolgate::Engine::with_clock(policy, clock.clone()),
+            Some(store) => crate::store::connect(py, policy, store, clock.clone(), manual)?,
+        };
         Ok(Self {
-            engine: toolgate::Engine::with_clock(policy, clock.clone()),
+            engine,
             clock,
             tools,
             waiting_tools,
             deny_unknown,
+            shared,
         })
     }
 
     fn permit(&self, py: Python<'_>, p: toolgate::Permit) -> PyResult<Py<PyAny>> {
         Ok(Py::new(py, Permit::new(p, self.clock.clone()))?.into_any())
     }
-}
-
-/// The error for a shared store, which this build cannot use yet.
-pub(crate) fn store_unavailable(url: &str) -> PyErr {
-    PyNotImplementedError::new_err(format!(
-        "store: {url:?}: shared stores (Redis) are not available in the Python package yet; \
-         use store=None for in-process quotas"
-    ))
 }
 
 #[pymethods]
@@ -81,7 +81,7 @@ impl Engine {
         clock: Option<PyRef<'_, PyManualClock>>,
     ) -> PyResult<Self> {
         let config = py.detach(|| Config::from_toml_str(text));
-        Self::build(config, clock.as_deref())
+        Self::build(py, config, clock.as_deref())
     }
 
     /// An engine from a JSON policy (the same structure as TOML).
@@ -93,7 +93,7 @@ impl Engine {
         clock: Option<PyRef<'_, PyManualClock>>,
     ) -> PyResult<Self> {
         let config = py.detach(|| Config::from_json_str(text));
-        Self::build(config, clock.as_deref())
+        Self::build(py, config, clock.as_deref())
     }
 
     /// Admits the call now or rejects it now; never waits.
@@ -107,7 +107,14 @@ impl Engine {
         tokens: u64,
     ) -> PyResult<Py<PyAny>> {
         let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
-        match self.engine.try_admit(&call) {
+        let decided = if self.shared {
+            // A round trip to the store, bounded by its timeout, without the GIL.
+            let engine = &self.engine;
+            py.detach(|| crate::store::block_on(engine.admit_now(&call)))?
+        } else {
+            self.engine.try_admit(&call)
+        };
+        match decided {
             Ok(p) => self.permit(py, p),
             Err(r) => Rejection::into_py(py, r),
         }
@@ -126,7 +133,8 @@ impl Engine {
         max_wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
         let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
-        if max_wait.is_none() && !self.waiting_tools.contains(tool) {
+        let waits = max_wait.is_some() || self.waiting_tools.contains(tool);
+        if !waits && !self.shared {
             return self.try_admit(py, tool, tenant, tokens);
         }
         let engine = self.engine.clone();
@@ -138,7 +146,11 @@ impl Engine {
             if let Some(m) = max_wait {
                 call = call.max_wait(m);
             }
-            engine.admit(&call).await
+            if waits {
+                engine.admit(&call).await
+            } else {
+                engine.admit_now(&call).await
+            }
         });
         let clock = &*self.clock;
         match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {

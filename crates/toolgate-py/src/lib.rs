@@ -10,6 +10,7 @@ mod clock;
 mod engine;
 mod permit;
 mod rejection;
+mod store;
 mod waiting;
 
 use pyo3::prelude::*;

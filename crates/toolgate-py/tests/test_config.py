@@ -75,16 +75,11 @@ def test_the_rust_message_says_what_is_wrong() -> None:
         ToolRateLimitPolicy.from_dict({"tools": {"t": {"rate": "0/s"}}})
 
 
-def test_a_redis_store_is_not_available_yet() -> None:
-    with pytest.raises(NotImplementedError, match="store"):
-        ToolRateLimitPolicy(limits={"t": RateLimit(1)}, store="redis://127.0.0.1:1/0")
-    with pytest.raises(NotImplementedError, match="store"):
-        ToolRateLimitPolicy.from_toml('[store]\nurl = "redis://127.0.0.1:1/0"\n[tools.t]\nrate = "1/s"\n')
-
-
-@pytest.mark.skip(reason="pending: the Redis store (toolgate-redis) is not wired into the Python package yet")
-def test_a_quota_is_shared_across_two_processes_on_redis() -> None:
-    raise AssertionError("not reached")
+def test_a_store_that_is_not_redis_raises_value_error_naming_store() -> None:
+    with pytest.raises(ValueError, match="store"):
+        ToolRateLimitPolicy(limits={"t": RateLimit(1)}, store="postgres://127.0.0.1:1/0")
+    with pytest.raises(ValueError, match="store"):
+        ToolRateLimitPolicy.from_toml('[store]\nurl = "mysql://h"\n[tools.t]\nrate = "1/s"\n')
 
 
 def test_from_toml_reads_a_file_or_text(tmp_path: Path) -> None:

@@ -92,6 +92,16 @@ impl Builder {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock::new()),
         };
+        self.engine_with_clock(clock).await
+    }
+
+    /// As [`Builder::engine`], with the engine (not Redis) on `clock`: the clock of
+    /// the engine's per-process waits, such as an upstream's `Retry-After` pause.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect`].
+    pub async fn engine_with_clock(self, clock: Arc<dyn Clock>) -> Result<Engine, StoreError> {
         let gate = self.embedded().connect().await?;
         let policy = gate.policy().clone();
         let store = Arc::new(RedisStore {

@@ -174,8 +174,10 @@ class ToolRateLimitPolicy:
     ``limits`` maps tool names to a :class:`RateLimit` or to a tool table of the
     config format (``{"rate": "2/s", "concurrency": 4, ...}``). ``on_limit`` and
     ``max_wait`` apply to the tools of ``limits``. ``store=None`` keeps the quotas in
-    this process; ``"redis://…"`` (shared quotas) is not available in the Python
-    package yet and raises ``NotImplementedError``.
+    this process; ``store="redis://host:port"`` keeps them in Redis, so that every
+    process (and gateway) on the same Redis obeys one quota. With a store, quotas are
+    checked on Redis (one round trip per call, 50 ms timeout, failing closed); a
+    ``[store]`` table in ``from_toml``/``from_dict`` sets the other store options.
 
     The policy is, at once:
 
@@ -402,7 +404,7 @@ def _limits_config(
     if unknown_tools not in ("allow", "deny"):
         raise _field_error("unknown_tools", unknown_tools, 'must be "allow" or "deny"')
     wait = _seconds("max_wait", max_wait)
-    _check_store(store)
+    store_url = _check_store(store)
     if limits is None:
         limits = {}
     if not isinstance(limits, Mapping):
@@ -420,17 +422,17 @@ def _limits_config(
         tool.setdefault("on_limit", on_limit)
         tool.setdefault("max_wait", _nanos(wait) if wait else "0s")
         tools[name] = tool
-    return {"unknown_tools": unknown_tools, "tools": tools}
+    config: dict[str, Any] = {"unknown_tools": unknown_tools, "tools": tools}
+    if store_url is not None:
+        config["store"] = {"url": store_url}
+    return config
 
 
-def _check_store(store: str | None) -> None:
+def _check_store(store: str | None) -> str | None:
     if store is None or store == "memory":
-        return
+        return None
     if isinstance(store, str) and store.startswith(("redis://", "rediss://")):
-        raise NotImplementedError(
-            f"store: {store!r}: shared quotas on Redis are not available in the Python package yet; "
-            "use store=None (in-process quotas)"
-        )
+        return store
     raise _field_error("store", store, 'must be None, "memory" or a "redis://…" URL')
 
 

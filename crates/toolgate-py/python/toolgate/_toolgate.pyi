@@ -81,8 +81,7 @@ class Engine:
 
     @staticmethod
     def from_toml(text: str, *, clock: ManualClock | None = None) -> Engine:
-        """Raises ``ValueError`` naming each invalid field, ``NotImplementedError``
-        for a Redis store."""
+        """Raises ``ValueError`` naming each invalid field (or an unusable store)."""
     @staticmethod
     def from_json(text: str, *, clock: ManualClock | None = None) -> Engine: ...
     def try_admit(self, tool: str, tenant: str | None = None, tokens: int = 0) -> Permit | Rejection: ...

@@ -51,6 +51,12 @@ async def process(policy: ToolRateLimitPolicy, context: Any, call_next: Callable
 
         raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
     if not isinstance(decision, Permit):
+        if decision.quota == "store":
+            # The shared store (Redis) could not decide and the policy fails closed:
+            # that is not the tool's rate limit, so the framework is told.
+            from agent_framework import MiddlewareFailure
+
+            raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: the quota store did not answer")
         context.result = rejection_result(decision)
         return
     try:

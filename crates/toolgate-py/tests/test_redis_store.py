@@ -1,0 +1,156 @@
+"""Shared quotas on a real ``redis-server`` (started here on a free port):
+``store="redis://…"`` makes every process obey one quota."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from toolgate import Permit, RateLimit, Rejection, ToolRateLimitPolicy
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    if shutil.which("redis-server") is None:
+        if os.environ.get("TOOLGATE_SKIP_REDIS") == "1" and not os.environ.get("CI"):
+            pytest.skip("redis-server not found; skipped because TOOLGATE_SKIP_REDIS=1")
+        pytest.fail("redis-server not found (scripts/test installs it)")
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(10):
+            port = _free_port()
+            proc = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and proc.poll() is None and not _ping(port):
+                time.sleep(0.01)
+            if _ping(port):
+                try:
+                    yield f"redis://127.0.0.1:{port}"
+                finally:
+                    proc.kill()
+                    proc.wait()
+                return
+            proc.kill()
+            proc.wait()
+        pytest.fail("could not start redis-server")
+
+
+_WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from toolgate import Permit, RateLimit, ToolRateLimitPolicy
+
+    async def main() -> None:
+        policy = ToolRateLimitPolicy(
+            limits={"lookup_customer": RateLimit(requests=5, per_seconds=60.0, burst=5)},
+            store=sys.argv[1],
+        )
+        sys.stdout.write("ready\\n"); sys.stdout.flush()
+        sys.stdin.readline()  # both processes start together
+        decisions = await asyncio.gather(*(policy.decide("lookup_customer") for _ in range(20)))
+        print(sum(isinstance(d, Permit) for d in decisions))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_quota_is_shared_across_two_processes_on_redis(redis_url: str, tmp_path: object) -> None:
+    url = f"{redis_url}/0"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    counts = []
+    for p in procs:
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 0
+        counts.append(int(out.strip()))
+    # 2 processes x 20 concurrent calls on one 5/min quota: 5 in all.
+    assert sum(counts) == 5, counts
+
+
+def test_sync_and_async_admission_on_redis_give_the_contract_rejection(redis_url: str) -> None:
+    policy = ToolRateLimitPolicy(
+        limits={"get_payment_status": RateLimit(requests=1, per_seconds=10.0, burst=1)},
+        store=redis_url,
+    )
+    other = ToolRateLimitPolicy(
+        limits={"get_payment_status": RateLimit(requests=1, per_seconds=10.0, burst=1)},
+        store=redis_url,
+    )
+    first = policy.try_admit("get_payment_status")
+    assert isinstance(first, Permit)
+    first.complete("success")
+    # Another policy object (think: another process) sees the quota spent.
+    no = asyncio.run(other.decide("get_payment_status"))
+    assert isinstance(no, Rejection)
+    assert (no.tool, no.quota, no.reason) == ("get_payment_status", "tools.get_payment_status.rate", "rate_limited")
+    assert no.retry_after is not None and 0 < no.retry_after <= 10.0
+    # Tools without a policy are untouched.
+    assert isinstance(policy.try_admit("get_weather"), Permit)
+
+
+def test_an_unreachable_redis_fails_closed_within_the_timeout() -> None:
+    policy = ToolRateLimitPolicy(limits={"t": RateLimit(5)}, store=f"redis://127.0.0.1:{_free_port()}")
+    start = time.monotonic()
+    no = asyncio.run(policy.decide("t"))
+    assert time.monotonic() - start < 3.0
+    assert isinstance(no, Rejection)
+    assert (no.quota, no.reason) == ("store", "circuit_open")
+
+
+def test_the_middleware_fails_closed_with_middleware_failure_when_redis_is_unreachable() -> None:
+    from types import SimpleNamespace
+
+    from agent_framework import MiddlewareFailure
+
+    policy = ToolRateLimitPolicy(limits={"t": RateLimit(5)}, store=f"redis://127.0.0.1:{_free_port()}")
+    ran = []
+
+    async def call_next() -> None:
+        ran.append(True)
+
+    context = SimpleNamespace(function=SimpleNamespace(name="t"), result=None)
+    with pytest.raises(MiddlewareFailure, match="quota store"):
+        asyncio.run(policy.process(context, call_next))  # type: ignore[arg-type]
+    assert ran == [] and context.result is None
