@@ -1,0 +1,193 @@
+//! The store seam (`Engine::with_store`): several engines on one shared store obey
+//! one quota, while pauses, breakers and counters stay per engine.
+//!
+//! `Shared` is a real `QuotaStore`: it keeps the quotas in one in-memory engine
+//! that several engines share, as several processes share one Redis (the Redis
+//! store runs the semantic suite through the same seam in `toolgate-redis`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
+use toolgate::{Call, Completion, Engine, ManualClock, Outcome, Permit, Policy, Reason, Rejection};
+
+#[derive(Debug)]
+struct Shared {
+    quotas: Engine,
+    asked: AtomicUsize,
+    refuse_reload: bool,
+}
+
+#[derive(Debug)]
+struct Lease(Permit);
+
+impl StoreLease for Lease {
+    fn waited(&self) -> Duration {
+        self.0.waited()
+    }
+    fn complete(self: Box<Self>, completion: Option<Completion>) {
+        // The store keeps quotas only: outcomes feed the breakers of the engine
+        // that ran the call, not the store's. Token counts are reconciled.
+        match completion.and_then(|c| c.tokens) {
+            Some(t) => self.0.complete(Completion::success().tokens(t)),
+            None => drop(self.0),
+        }
+    }
+    fn cancel(self: Box<Self>) {
+        self.0.cancel();
+    }
+}
+
+impl QuotaStore for Shared {
+    fn name(&self) -> &'static str {
+        "shared-memory"
+    }
+    fn admit<'a>(
+        &'a self,
+        call: Call<'a>,
+        wait: bool,
+    ) -> StoreFuture<'a, Result<Box<dyn StoreLease>, Rejection>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move {
+            let p = if wait {
+                self.quotas.admit(&call).await
+            } else {
+                self.quotas.try_admit(&call)
+            };
+            p.map(|p| Box::new(Lease(p)) as Box<dyn StoreLease>)
+        })
+    }
+    fn admit_all<'a>(
+        &'a self,
+        calls: &'a [Call<'a>],
+    ) -> StoreFuture<'a, Result<Vec<Box<dyn StoreLease>>, Rejection>> {
+        self.asked.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move {
+            self.quotas.try_admit_all(calls).map(|ps| {
+                ps.into_iter()
+                    .map(|p| Box::new(Lease(p)) as Box<dyn StoreLease>)
+                    .collect()
+            })
+        })
+    }
+    fn apply(&self, policy: &Policy) -> Result<(), String> {
+        if self.refuse_reload && *policy != self.quotas.policy() {
+            return Err("this store cannot run that policy".into());
+        }
+        self.quotas.apply(policy.clone());
+        Ok(())
+    }
+}
+
+const TOML: &str = r#"
+[tools.lookup]
+rate = "2/s"
+burst = 2
+concurrency = 5
+
+[tools.pay]
+rate = "100/s"
+
+[tools.pay.circuit]
+window = 2
+min_calls = 2
+failure_rate = 0.5
+open_for = "10s"
+"#;
+
+fn setup(toml: &str, refuse_reload: bool) -> (Arc<Shared>, Engine, Engine, ManualClock) {
+    let clock = ManualClock::new();
+    let policy = Policy::from_toml_str(toml).unwrap();
+    let store = Arc::new(Shared {
+        quotas: Engine::with_clock(policy.clone(), Arc::new(clock.clone())),
+        asked: AtomicUsize::new(0),
+        refuse_reload,
+    });
+    let a = Engine::with_store(policy.clone(), Arc::new(clock.clone()), store.clone()).unwrap();
+    let b = Engine::with_store(policy, Arc::new(clock.clone()), store.clone()).unwrap();
+    (store, a, b, clock)
+}
+
+#[tokio::test]
+async fn engines_on_one_store_obey_one_quota() {
+    let (_store, a, b, clock) = setup(TOML, false);
+    let call = Call::new("lookup");
+    let p1 = a.admit_now(&call).await.unwrap();
+    let p2 = b.admit(&call).await.unwrap();
+    let no = b.admit_now(&call).await.unwrap_err();
+    assert_eq!(
+        (no.reason(), no.quota()),
+        (Reason::RateLimited, "tools.lookup.rate")
+    );
+    assert_eq!(no.retry_after(), Some(Duration::from_millis(500)));
+    assert!(a.admit_now(&call).await.is_err());
+    clock.advance(Duration::from_millis(500));
+    let p3 = a.admit_now(&call).await.unwrap();
+    // Each engine counts its own decisions, once each.
+    let sa = a.tool_state("lookup", None).unwrap();
+    let sb = b.tool_state("lookup", None).unwrap();
+    assert_eq!((sa.admitted, sa.rejected, sa.in_flight), (2, 1, 2));
+    assert_eq!((sb.admitted, sb.rejected, sb.in_flight), (1, 1, 1));
+    for p in [p1, p2, p3] {
+        p.complete(Completion::success());
+    }
+    assert_eq!(a.tool_state("lookup", None).unwrap().in_flight, 0);
+}
+
+#[tokio::test]
+async fn an_open_circuit_refuses_before_the_store_is_asked_and_only_in_its_engine() {
+    let (store, a, b, _clock) = setup(TOML, false);
+    for _ in 0..2 {
+        let p = a.admit_now(&Call::new("pay")).await.unwrap();
+        p.complete(Completion::new(Outcome::Error));
+    }
+    let asked = store.asked.load(Ordering::Relaxed);
+    let no = a.admit_now(&Call::new("pay")).await.unwrap_err();
+    assert_eq!(no.reason(), Reason::CircuitOpen);
+    assert_eq!(no.quota(), "tools.pay.circuit");
+    assert_eq!(
+        store.asked.load(Ordering::Relaxed),
+        asked,
+        "the store was not asked"
+    );
+    // The other engine (process) has its own breaker, still closed.
+    assert!(b.admit_now(&Call::new("pay")).await.is_ok());
+}
+
+#[tokio::test]
+async fn all_or_nothing_plans_go_through_the_store() {
+    let (_store, a, b, _clock) = setup(TOML, false);
+    let plan = [Call::new("lookup"), Call::new("lookup"), Call::new("pay")];
+    let permits = a.admit_all(&plan).await.unwrap();
+    assert_eq!(permits.len(), 3);
+    // The store's lookup quota is spent: the same plan on the other engine gets
+    // nothing, not even the pay part.
+    let no = b.admit_all(&plan).await.unwrap_err();
+    assert_eq!(no.quota(), "tools.lookup.rate");
+    assert_eq!(b.tool_state("pay", None).unwrap().in_flight, 0);
+    // Unused parts go back to the store.
+    permits.into_iter().for_each(Permit::cancel);
+    assert!(b.admit_all(&plan).await.is_ok());
+}
+
+#[tokio::test]
+async fn the_synchronous_verbs_refuse_on_a_store_and_say_so() {
+    let (_store, a, _b, _clock) = setup(TOML, false);
+    let no = a.try_admit(&Call::new("lookup")).unwrap_err();
+    assert_eq!((no.quota(), no.reason()), ("store", Reason::CircuitOpen));
+    let no = a.try_admit_all(&[Call::new("lookup")]).unwrap_err();
+    assert_eq!(no.quota(), "store");
+    // Tools without a policy never needed the store.
+    assert!(a.try_admit(&Call::new("weather")).is_ok());
+}
+
+#[tokio::test]
+async fn a_reload_the_store_refuses_leaves_the_old_policy_in_force() {
+    let (_store, a, _b, _clock) = setup(TOML, true);
+    let new = Policy::from_toml_str("[tools.lookup]\nrate = \"1/h\"").unwrap();
+    let e = a.try_apply(new).unwrap_err();
+    assert!(e.contains("cannot run"), "{e}");
+    assert!(a.policy().tools.contains_key("pay"), "old policy kept");
+    assert!(a.admit_now(&Call::new("pay")).await.is_ok());
+}
