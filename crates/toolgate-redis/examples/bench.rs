@@ -23,6 +23,9 @@ struct Args {
     start_ms: u64,
     latencies: Option<String>,
     grant: u64,
+    /// Admit through a `toolgate::Engine` on the Redis store (what the gateway and
+    /// the Python package run) instead of the `RedisGate` itself.
+    engine: bool,
 }
 
 fn args() -> Result<Args, String> {
@@ -34,6 +37,7 @@ fn args() -> Result<Args, String> {
         start_ms: 0,
         latencies: None,
         grant: 0,
+        engine: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -49,6 +53,7 @@ fn args() -> Result<Args, String> {
             "--start-ms" => a.start_ms = num(value()?)?,
             "--latencies" => a.latencies = Some(value()?),
             "--grant" => a.grant = num(value()?)?,
+            "--engine" => a.engine = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -78,10 +83,15 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let config = Config::from_toml_str(&toml)?;
     let store = config.store.clone().ok_or("no store")?;
-    let gate = RedisGate::connect(Policy::new(config)?, &store).await?;
+    let policy = Policy::new(config)?;
+    let admitter = if a.engine {
+        Admitter::Engine(toolgate_redis::engine(policy, &store).await?)
+    } else {
+        Admitter::Gate(RedisGate::connect(policy, &store).await?)
+    };
     // Warm up: connect and load the script.
     for _ in 0..10 {
-        let _ = gate.try_admit(&Call::new("bench")).await;
+        let _ = admitter.admit().await;
     }
     if a.start_ms > 0 {
         tokio::time::sleep(Duration::from_millis(a.start_ms.saturating_sub(unix_ms()))).await;
@@ -90,14 +100,15 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let end = t0 + Duration::from_secs(a.secs);
     let tasks: Vec<_> = (0..a.callers)
         .map(|_| {
-            let gate = gate.clone();
+            let gate = admitter.clone();
             tokio::spawn(async move {
                 let (mut ok, mut no, mut lat) = (0u64, 0u64, Vec::with_capacity(100_000));
                 while Instant::now() < end {
                     let s = Instant::now();
-                    match gate.try_admit(&Call::new("bench")).await {
-                        Ok(_) => ok += 1,
-                        Err(_) => no += 1,
+                    if gate.admit().await {
+                        ok += 1;
+                    } else {
+                        no += 1;
                     }
                     lat.push(u32::try_from(s.elapsed().as_micros()).unwrap_or(u32::MAX));
                 }
@@ -131,4 +142,22 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
         pct(99)
     );
     Ok(())
+}
+
+/// What the benchmark admits through.
+#[derive(Clone)]
+enum Admitter {
+    Gate(RedisGate),
+    Engine(toolgate::Engine),
+}
+
+impl Admitter {
+    /// One admission (the permit is dropped at once); whether it was admitted.
+    async fn admit(&self) -> bool {
+        let call = Call::new("bench");
+        match self {
+            Self::Gate(g) => g.try_admit(&call).await.is_ok(),
+            Self::Engine(e) => e.admit_now(&call).await.is_ok(),
+        }
+    }
 }
