@@ -238,7 +238,10 @@ impl ToolRuntime {
         now: Nanos,
     ) -> Result<Permit, Denied> {
         self.pause_gate(now)?;
-        let probe = self.circuit_gate(now)?;
+        let spread = self.spread_gate(now)?;
+        let probe = self
+            .circuit_gate(now)
+            .inspect_err(|_| self.stats.unspread(spread))?;
         match self.try_quotas(call, now) {
             Ok(mut permit) => {
                 permit.set_probe(probe);
@@ -248,9 +251,25 @@ impl ToolRuntime {
                 if probe {
                     self.cancel_probe();
                 }
+                self.stats.unspread(spread);
                 Err(d)
             }
         }
+    }
+
+    /// While the upstream's low remaining capacity is spread over its reset window,
+    /// takes this call's slot or says when the next one is free.
+    pub(crate) fn spread_gate(&self, now: Nanos) -> Result<Option<(u64, u64)>, Denied> {
+        self.stats.spread_claim(now).map_err(|next| Denied {
+            rejection: Rejection::new(
+                self.name.clone(),
+                self.spread_path.clone(),
+                Reason::RateLimited,
+                Some(Duration::from_nanos(next - now)),
+            ),
+            at: next,
+            can_wait: true,
+        })
     }
 
     /// Refuses calls while the upstream's `Retry-After` pause lasts. Waiting calls may

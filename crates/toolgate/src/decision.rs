@@ -90,6 +90,9 @@ pub struct Completion {
     /// The upstream asked not to be called again before this long (a 429 or 503
     /// with `Retry-After`): the tool — and only that tool — is paused until then.
     pub retry_after: Option<Duration>,
+    /// What the upstream's rate-limit headers said (see [`crate::shaping`]): when its
+    /// remaining capacity is low, the tool's calls are spread over its reset window.
+    pub server_limit: Option<crate::shaping::ServerLimit>,
 }
 
 // === impl Reason ===
@@ -309,6 +312,7 @@ impl Completion {
             latency: None,
             tokens: None,
             retry_after: None,
+            server_limit: None,
         }
     }
 
@@ -332,6 +336,13 @@ impl Completion {
     /// Records the upstream's `Retry-After`: the tool is paused until then.
     pub const fn retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
+        self
+    }
+
+    /// Records the upstream's rate-limit headers, read by
+    /// [`crate::shaping::server_limit`].
+    pub const fn server_limit(mut self, limit: crate::shaping::ServerLimit) -> Self {
+        self.server_limit = Some(limit);
         self
     }
 }

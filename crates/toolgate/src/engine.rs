@@ -360,7 +360,7 @@ impl Engine {
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
-                    if let Err(d) = t.pause_gate(now) {
+                    if let Err(d) = t.pause_gate(now).and_then(|()| t.spread_gate(now)) {
                         t.stats.on_reject(&d.rejection, call.tenant);
                         return Err(d.rejection);
                     }

@@ -79,6 +79,7 @@ mod queue;
 mod quota;
 mod rate;
 pub mod retry;
+pub mod shaping;
 mod state;
 pub mod store;
 mod sync;

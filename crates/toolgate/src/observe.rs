@@ -25,6 +25,12 @@ pub(crate) struct ToolStats {
     pub(crate) outcomes: [AtomicU64; 4],
     /// Until when the upstream asked not to be called (engine clock; 0: never).
     pub(crate) paused_until: AtomicU64,
+    /// Spreading by the upstream's rate-limit headers: active until this time
+    /// (engine clock; 0: off), one call every `spread_every` ns, the next slot at
+    /// `spread_next`.
+    spread_until: AtomicU64,
+    spread_every: AtomicU64,
+    spread_next: AtomicU64,
     metrics: ToolMetrics,
 }
 
@@ -69,6 +75,9 @@ impl ToolStats {
             shadow_rejected: AtomicU64::new(0),
             outcomes: Default::default(),
             paused_until: AtomicU64::new(0),
+            spread_until: AtomicU64::new(0),
+            spread_every: AtomicU64::new(0),
+            spread_next: AtomicU64::new(0),
             metrics,
         }
     }
@@ -132,6 +141,88 @@ impl ToolStats {
         if until > before {
             tracing::info!(target: "toolgate::decision", tool = &*self.name, until_ns = until,
                 "the upstream asked for a pause (Retry-After): the tool is paused");
+        }
+    }
+
+    /// Takes in what an upstream's rate-limit headers said at `now`: under 10 % of
+    /// the limit left, the tool's calls are spread over the reset window; nothing
+    /// left pauses the tool until the reset; more room ends the spreading.
+    pub(crate) fn server_limit(&self, now: u64, s: crate::shaping::ServerLimit) {
+        let reset = crate::clock::nanos(s.reset);
+        if !s.is_low() || reset == 0 {
+            self.spread_until.store(0, Ordering::Release);
+            return;
+        }
+        if s.remaining == 0 {
+            self.spread_until.store(0, Ordering::Release);
+            self.pause_until(now.saturating_add(reset));
+            return;
+        }
+        let every = reset / s.remaining;
+        self.spread_every.store(every, Ordering::Release);
+        self.spread_until
+            .store(now.saturating_add(reset), Ordering::Release);
+        tracing::info!(target: "toolgate::decision", tool = &*self.name, remaining = s.remaining,
+            every_ms = every / 1_000_000, "the upstream's quota is low: calls are spread over its reset window");
+    }
+
+    /// Claims the spreading slot at `now`: `Ok(None)` when not spreading,
+    /// `Ok(Some(claim))` when claimed (give it back with [`ToolStats::unspread`]), or
+    /// `Err(next)`, the time of the next free slot.
+    pub(crate) fn spread_claim(&self, now: u64) -> Result<Option<(u64, u64)>, u64> {
+        if self.spread_until.load(Ordering::Acquire) <= now {
+            return Ok(None);
+        }
+        let every = self.spread_every.load(Ordering::Acquire);
+        let mut next = self.spread_next.load(Ordering::Acquire);
+        loop {
+            if next > now {
+                return Err(next);
+            }
+            let new = now.saturating_add(every);
+            match self.spread_next.compare_exchange_weak(
+                next,
+                new,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(Some((next, new))),
+                Err(cur) => next = cur,
+            }
+        }
+    }
+
+    /// Gives a claimed slot back (the call was then refused by a quota).
+    pub(crate) fn unspread(&self, claim: Option<(u64, u64)>) {
+        if let Some((old, new)) = claim {
+            let _ =
+                self.spread_next
+                    .compare_exchange(new, old, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// The first slot at or after `at` (a waiter's admission time), claimed unless
+    /// it lies beyond `deadline` (then returned unclaimed).
+    pub(crate) fn spread_at(&self, at: u64, deadline: u64) -> u64 {
+        if self.spread_until.load(Ordering::Acquire) <= at {
+            return at;
+        }
+        let every = self.spread_every.load(Ordering::Acquire);
+        let mut next = self.spread_next.load(Ordering::Acquire);
+        loop {
+            let t = next.max(at);
+            if t > deadline {
+                return t;
+            }
+            match self.spread_next.compare_exchange_weak(
+                next,
+                t.saturating_add(every),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return t,
+                Err(cur) => next = cur,
+            }
         }
     }
 

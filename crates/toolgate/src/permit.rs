@@ -184,6 +184,9 @@ impl Permit {
                 _ => {}
             }
         }
+        if let Some(s) = completion.and_then(|c| c.server_limit) {
+            tool.stats.server_limit(core.clock.now(), s);
+        }
         if let Some(after) = completion.and_then(|c| c.retry_after) {
             let until = core.clock.now().saturating_add(crate::clock::nanos(after));
             tool.stats.pause_until(until);

@@ -64,6 +64,9 @@ pub(crate) struct ToolRuntime {
     /// `tools.<name>.retry_after`, the quota path of rejections during an upstream's
     /// `Retry-After` pause.
     pub(crate) pause_path: Arc<str>,
+    /// `tools.<name>.server_limit`, the quota path of rejections while the
+    /// upstream's low remaining capacity is spread over its reset window.
+    pub(crate) spread_path: Arc<str>,
 }
 
 // === impl Policy ===
@@ -238,6 +241,7 @@ impl Compiled {
                     adaptive,
                     circuit_path: format!("{prefix}.circuit").into(),
                     pause_path: format!("{prefix}.retry_after").into(),
+                    spread_path: format!("{prefix}.server_limit").into(),
                 }),
             );
         }

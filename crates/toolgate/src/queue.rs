@@ -406,6 +406,11 @@ impl ToolRuntime {
                 at = paused;
                 binding = None;
             }
+            let spread = self.stats.spread_at(at, deadline);
+            if spread > at {
+                at = spread;
+                binding = None;
+            }
             if at > deadline {
                 let q = binding.map_or(quota.clone(), |i| rate[i].quota.def.path.clone());
                 let r = Rejection::new(

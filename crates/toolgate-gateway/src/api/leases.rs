@@ -39,6 +39,27 @@ fn server_retry_after(req: &CompleteRequest) -> Option<Duration> {
     toolgate::retry::retry_after(&value, std::time::SystemTime::now())
 }
 
+/// The upstream's rate-limit headers (`X-RateLimit-*`, `RateLimit`,
+/// `RateLimit-Policy`): when little is left, the tool's calls are spread over the
+/// upstream's reset window.
+fn server_limit(req: &CompleteRequest) -> Option<toolgate::shaping::ServerLimit> {
+    let headers = req.headers.as_ref()?;
+    let values: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.as_str(), v)
+        })
+        .collect();
+    toolgate::shaping::server_limit(
+        values.iter().map(|(k, v)| (*k, v.as_str())),
+        std::time::SystemTime::now(),
+    )
+}
+
 /// Completes a lease: releases its concurrency, reconciles its tokens, and — for a
 /// `status` of 429 or 503 with a `Retry-After` in `headers` — pauses the tool until
 /// then. `204`, or
@@ -74,6 +95,9 @@ pub async fn complete(
     }
     if let Some(after) = server_retry_after(&req) {
         c = c.retry_after(after);
+    }
+    if let Some(limit) = server_limit(&req) {
+        c = c.server_limit(limit);
     }
     permit.complete(c);
     Ok(StatusCode::NO_CONTENT)

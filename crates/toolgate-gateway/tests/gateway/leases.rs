@@ -155,3 +155,28 @@ async fn a_completion_with_429_and_retry_after_pauses_only_that_tool() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_headers_with_little_left_spread_that_tools_calls() {
+    let s = start("[tools.crm]\nrate = \"100/s\"\n[tools.search]\nrate = \"100/s\"").await;
+    let a = s.admit("crm").await;
+    let lease = a.body["lease"].as_str().expect("lease").to_string();
+    // 2 of 100 left for 60 s: one call every 30 s.
+    let done = s
+        .post(
+            &format!("/v1/leases/{lease}/complete"),
+            json!({"outcome": "success", "status": 200,
+                   "headers": {"RateLimit": "\"default\";r=2;t=60", "RateLimit-Policy": "\"default\";q=100;w=60"}}),
+        )
+        .await;
+    assert_eq!(done.status, 204);
+    assert_eq!(s.admit("crm").await.status, 200, "the first slot");
+    let no = s.admit("crm").await;
+    assert_eq!(no.status, 429);
+    assert_eq!(no.body["quota"], "tools.crm.server_limit");
+    assert_eq!(no.body["reason"], "rate_limited");
+    assert!(no.body["retry_after_ms"]
+        .as_u64()
+        .is_some_and(|ms| ms > 20_000 && ms <= 30_000));
+    assert_eq!(s.admit("search").await.status, 200, "only that tool");
+}

@@ -58,3 +58,128 @@ fn a_waiting_call_waits_the_pause_out_or_is_told_at_once_that_it_cannot() {
     assert_eq!(r.reason().as_str(), "max_wait_exceeded");
     assert_eq!(r.retry_after(), Some(Duration::from_secs(10)));
 }
+
+fn low(remaining: u64, reset_secs: u64) -> Completion {
+    let headers = [
+        ("X-RateLimit-Limit", "100".to_string()),
+        ("X-RateLimit-Remaining", remaining.to_string()),
+        ("X-RateLimit-Reset", reset_secs.to_string()),
+    ];
+    let s = toolgate::shaping::server_limit(
+        headers.iter().map(|(k, v)| (*k, v.as_str())),
+        std::time::SystemTime::now(),
+    )
+    .unwrap();
+    Completion::success().server_limit(s)
+}
+
+#[test]
+fn under_a_tenth_left_the_remaining_calls_are_spread_over_the_reset_window() {
+    let (engine, clock) = engine("[tools.crm]\nrate = \"100/s\"\n[tools.search]\nrate = \"100/s\"");
+    // 4 of 100 left for the next 2 s: one call every 500 ms.
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(low(4, 2));
+    assert!(
+        engine.try_admit(&Call::new("crm")).is_ok(),
+        "the first slot is free"
+    );
+    assert_rejected(
+        engine.try_admit(&Call::new("crm")),
+        "rate_limited",
+        "tools.crm.server_limit",
+        Some(ms(500)),
+    );
+    assert!(
+        engine.try_admit(&Call::new("search")).is_ok(),
+        "other tools are not slowed"
+    );
+    clock.advance(ms(499));
+    assert!(engine.try_admit(&Call::new("crm")).is_err());
+    clock.advance(ms(1));
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+    assert!(engine.try_admit(&Call::new("crm")).is_err());
+    // After the window, the tool runs at its own rate again.
+    clock.advance(Duration::from_secs(2));
+    let burst = (0..10)
+        .filter(|_| engine.try_admit(&Call::new("crm")).is_ok())
+        .count();
+    assert_eq!(burst, 10);
+}
+
+#[test]
+fn a_report_with_room_ends_the_spreading_and_nothing_left_pauses_until_the_reset() {
+    let (engine, clock) = engine("[tools.crm]\nrate = \"100/s\"");
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(low(2, 10));
+    let p = engine.try_admit(&Call::new("crm")).unwrap();
+    assert!(engine.try_admit(&Call::new("crm")).is_err());
+    p.complete(low(50, 10));
+    assert!(engine.try_admit(&Call::new("crm")).is_ok(), "room again");
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(low(0, 3));
+    assert_rejected(
+        engine.try_admit(&Call::new("crm")),
+        "rate_limited",
+        "tools.crm.retry_after",
+        Some(Duration::from_secs(3)),
+    );
+    clock.advance(Duration::from_secs(3));
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+}
+
+#[test]
+fn a_slot_refused_by_a_quota_is_given_back() {
+    let (engine, clock) = engine("[tools.crm]\nconcurrency = 1");
+    let p = engine.try_admit(&Call::new("crm")).unwrap();
+    engine.try_admit(&Call::new("crm")).err().unwrap();
+    p.complete(low(4, 2));
+    let held = engine.try_admit(&Call::new("crm")).unwrap(); // takes the slot at t=0
+    clock.advance(ms(500));
+    // The next slot is free, but the concurrency quota refuses: the slot stays free.
+    assert_rejected(
+        engine.try_admit(&Call::new("crm")),
+        "concurrency_limited",
+        "tools.crm.concurrency",
+        None,
+    );
+    drop(held);
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+}
+
+#[test]
+fn waiters_are_given_the_spread_slots_in_turn() {
+    let (engine, clock) =
+        engine("[tools.crm]\nrate = \"100/s\"\non_limit = \"wait\"\nmax_wait = \"2s\"");
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(low(5, 5)); // one per second
+    let call = Call::new("crm");
+    let first = engine.try_admit(&call).unwrap();
+    let mut a = task::spawn(engine.admit(&call));
+    let mut b = task::spawn(engine.admit(&call));
+    assert_pending!(a.poll());
+    assert_pending!(b.poll());
+    // A third would be admitted 3 s from now: beyond its max_wait, refused at once.
+    let mut c = task::spawn(engine.admit(&call));
+    let r = assert_ready!(c.poll()).unwrap_err();
+    assert_eq!(r.reason().as_str(), "max_wait_exceeded");
+    clock.advance(Duration::from_secs(1));
+    let pa = assert_ready!(a.poll()).unwrap();
+    assert_pending!(b.poll());
+    clock.advance(Duration::from_secs(1));
+    let pb = assert_ready!(b.poll()).unwrap();
+    assert_eq!(
+        (pa.waited(), pb.waited()),
+        (Duration::from_secs(1), Duration::from_secs(2))
+    );
+    drop((first, pa, pb));
+}
