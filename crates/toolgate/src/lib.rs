@@ -74,6 +74,7 @@ pub mod layer;
 mod observe;
 mod partition;
 mod permit;
+mod pipeline;
 mod policy;
 mod queue;
 mod quota;
@@ -87,5 +88,9 @@ pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
 pub use decision::{Call, Completion, Outcome, Reason, Rejection};
 pub use engine::{Engine, ExecuteError, ToolHandle};
 pub use permit::Permit;
+pub use pipeline::{
+    AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, RunFailure, RunOptions, RunOutput,
+    StopReason,
+};
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};

@@ -64,6 +64,11 @@ pub(crate) struct ToolRuntime {
     /// `tools.<name>.retry_after`, the quota path of rejections during an upstream's
     /// `Retry-After` pause.
     pub(crate) pause_path: Arc<str>,
+    /// `idempotent = true`: the tool's calls may be retried without a key.
+    pub(crate) idempotent: bool,
+    /// `[tools.<name>.retry]` and the tool's retry budget, kept across reloads while
+    /// the budget's settings are unchanged.
+    pub(crate) retry: Option<crate::pipeline::RetryRuntime>,
 }
 
 // === impl Policy ===
@@ -210,6 +215,13 @@ impl Compiled {
                         ))
                     })
             });
+            let retry = t.retry.as_ref().map(|cfg| {
+                crate::pipeline::RetryRuntime::new(
+                    cfg,
+                    old.and_then(|o| o.tools.get(name.as_str()))
+                        .and_then(|o| o.retry.as_ref()),
+                )
+            });
             tools.insert(
                 name.as_str().into(),
                 Arc::new(ToolRuntime {
@@ -225,6 +237,8 @@ impl Compiled {
                     adaptive,
                     circuit_path: format!("{prefix}.circuit").into(),
                     pause_path: format!("{prefix}.retry_after").into(),
+                    idempotent: t.idempotent,
+                    retry,
                 }),
             );
         }
