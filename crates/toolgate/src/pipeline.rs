@@ -22,6 +22,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{nanos, Nanos};
@@ -623,12 +624,19 @@ impl Engine {
             let ended = match deadline_at {
                 None => Some(fut.await),
                 Some(at) => {
-                    let sleep = clock.sleep_until(at);
-                    tokio::pin!(fut);
-                    tokio::select! {
-                        biased;
-                        r = &mut fut => Some(r),
-                        () = sleep => None,
+                    let mut fut = std::pin::pin!(fut);
+                    // Poll once before arming the deadline's timer: an attempt that is
+                    // ready at once needs none.
+                    match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+                        Poll::Ready(r) => Some(r),
+                        Poll::Pending => {
+                            let sleep = clock.sleep_until(at);
+                            tokio::select! {
+                                biased;
+                                r = &mut fut => Some(r),
+                                () = sleep => None,
+                            }
+                        }
                     }
                 }
             };
