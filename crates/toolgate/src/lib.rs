@@ -48,7 +48,14 @@
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
-//! | `tower` | yes     | [`layer::AdmissionLayer`], admission in front of any `tower::Service` |
+//! | `tower` | yes     | [`layer::AdmissionLayer`], admission in front of any `tower::Service`; [`layer::PipelineLayer`], the retry pipeline around an HTTP-client-like service |
+//!
+//! # Retries
+//!
+//! [`Engine::run`] runs a call through one pipeline — admission, execution under the
+//! call's deadline, classification, completion, and budgeted, `Retry-After`-aware
+//! retries for idempotent tools or calls with an idempotency key — and returns the
+//! value or one terminal [`RunFailure`] listing every attempt.
 //!
 //! # Semantics
 //!
