@@ -438,8 +438,9 @@ pub struct RunFailure<E> {
     /// The error of the last attempt that returned one (`None` when the only
     /// attempt was cut by the deadline).
     pub error: Option<E>,
-    /// The rejection of a retry's admission ([`StopReason::Rejected`]).
-    pub rejection: Option<Rejection>,
+    /// The rejection of a retry's admission ([`StopReason::Rejected`]); boxed to keep
+    /// the failure small.
+    pub rejection: Option<Box<Rejection>>,
     /// The server's `Retry-After` that ended the call
     /// ([`StopReason::RetryAfterBeyondDeadline`], [`StopReason::RetryAfterTooLong`]).
     pub retry_after: Option<Duration>,
@@ -607,7 +608,7 @@ impl Engine {
                         reason = "rejected", rejected_by = r.reason().as_str(), quota = r.quota(),
                         "a retry was not admitted; the call ends");
                     let mut f = fail(StopReason::Rejected, history, last_error, last_status);
-                    f.rejection = Some(r);
+                    f.rejection = Some(Box::new(r));
                     return Err(ExecuteError::Tool(f));
                 }
             };
