@@ -1,4 +1,6 @@
-//! A tower [`Layer`] that puts admission in front of any [`Service`].
+//! tower [`Layer`]s: [`AdmissionLayer`] puts admission in front of any [`Service`];
+//! [`PipelineLayer`] runs the whole retry pipeline ([`Engine::run`]) around an
+//! HTTP-client-like service whose responses can be classified ([`ClassifyResponse`]).
 //!
 //! Each request is mapped to a tool identity and cost by a classifier function; the
 //! request is passed on only once admitted (waiting if the tool's policy says so), and
@@ -41,12 +43,18 @@ use crate::decision::Rejection;
 use crate::decision::{Call, Completion, Outcome};
 use crate::engine::Engine;
 
+mod pipeline;
+
+pub use pipeline::{ClassifyResponse, Pipeline, PipelineLayer, RunReport};
+
 /// The tool identity and cost of one request, as returned by a classifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallSpec {
     tool: String,
     tenant: Option<String>,
     tokens: u64,
+    idempotency_key: Option<String>,
+    deadline: Option<Duration>,
 }
 
 /// Applies [`Admission`] to services.
@@ -76,6 +84,8 @@ impl CallSpec {
             tool: tool.into(),
             tenant: None,
             tokens: 0,
+            idempotency_key: None,
+            deadline: None,
         }
     }
 
@@ -88,6 +98,20 @@ impl CallSpec {
     /// The estimated token cost.
     pub fn tokens(mut self, tokens: u64) -> Self {
         self.tokens = tokens;
+        self
+    }
+
+    /// The call's idempotency key ([`PipelineLayer`]: makes the call retryable and is
+    /// to be sent with every attempt; ignored by [`AdmissionLayer`]).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Bounds the whole call ([`PipelineLayer`] only), replacing the tool's
+    /// `[tools.X.retry] deadline`.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 

@@ -48,7 +48,14 @@
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
-//! | `tower` | yes     | [`layer::AdmissionLayer`], admission in front of any `tower::Service` |
+//! | `tower` | yes     | [`layer::AdmissionLayer`], admission in front of any `tower::Service`; [`layer::PipelineLayer`], the retry pipeline around an HTTP-client-like service |
+//!
+//! # Retries
+//!
+//! [`Engine::run`] runs a call through one pipeline — admission, execution under the
+//! call's deadline, classification, completion, and budgeted, `Retry-After`-aware
+//! retries for idempotent tools or calls with an idempotency key — and returns the
+//! value or one terminal [`RunFailure`] listing every attempt.
 //!
 //! # Semantics
 //!
@@ -74,6 +81,7 @@ pub mod layer;
 mod observe;
 mod partition;
 mod permit;
+mod pipeline;
 mod policy;
 mod queue;
 mod quota;
@@ -89,5 +97,9 @@ pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
 pub use decision::{Call, Completion, Outcome, Reason, Rejection};
 pub use engine::{Engine, ExecuteError, ToolHandle};
 pub use permit::Permit;
+pub use pipeline::{
+    AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, RunFailure, RunOptions, RunOutput,
+    StopReason,
+};
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};

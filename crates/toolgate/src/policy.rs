@@ -67,6 +67,11 @@ pub(crate) struct ToolRuntime {
     /// `tools.<name>.server_limit`, the quota path of rejections while the
     /// upstream's low remaining capacity is spread over its reset window.
     pub(crate) spread_path: Arc<str>,
+    /// `idempotent = true`: the tool's calls may be retried without a key.
+    pub(crate) idempotent: bool,
+    /// `[tools.<name>.retry]` and the tool's retry budget, kept across reloads while
+    /// the budget's settings are unchanged.
+    pub(crate) retry: Option<crate::pipeline::RetryRuntime>,
 }
 
 // === impl Policy ===
@@ -226,6 +231,13 @@ impl Compiled {
                         ))
                     })
             });
+            let retry = t.retry.as_ref().map(|cfg| {
+                crate::pipeline::RetryRuntime::new(
+                    cfg,
+                    old.and_then(|o| o.tools.get(name.as_str()))
+                        .and_then(|o| o.retry.as_ref()),
+                )
+            });
             tools.insert(
                 name.as_str().into(),
                 Arc::new(ToolRuntime {
@@ -242,6 +254,8 @@ impl Compiled {
                     circuit_path: format!("{prefix}.circuit").into(),
                     pause_path: format!("{prefix}.retry_after").into(),
                     spread_path: format!("{prefix}.server_limit").into(),
+                    idempotent: t.idempotent,
+                    retry,
                 }),
             );
         }

@@ -10,6 +10,7 @@
 //!
 //! Retries are only ever for idempotent tools or calls with an idempotency key, and
 //! every attempt passes admission again: no rejected call is ever replayed implicitly.
+//! [`Engine::run`](crate::Engine::run) puts these pieces together into one pipeline.
 
 mod after;
 mod backoff;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use tokio_test::task;
-use toolgate::{Call, Completion, Engine, ManualClock, Policy};
+use toolgate::{AttemptResult, Call, Completion, Engine, ManualClock, Policy, RunOptions};
 
 #[test]
 fn decisions_are_counted_with_tool_decision_and_reason_labels() {
@@ -21,7 +21,7 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     // The recorder is installed before the engine, as the docs require.
     let clock = ManualClock::new();
     let policy = Policy::from_toml_str(
-        "[tools.lookup]\nrate = \"1/s\"\nconcurrency = 5\n[tools.search]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\n[tools.p]\nrate = \"1/s\"\n[tools.p.circuit]\nmin_calls = 1\nwindow = 1",
+        "[tools.lookup]\nrate = \"1/s\"\nconcurrency = 5\n[tools.search]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\n[tools.p]\nrate = \"1/s\"\n[tools.p.circuit]\nmin_calls = 1\nwindow = 1\n[tools.r]\nidempotent = true\n[tools.r.retry]\nbase = \"1ms\"\ncap = \"1ms\"",
     )
     .expect("valid");
     let engine = Engine::with_clock(policy, Arc::new(clock.clone()));
@@ -44,6 +44,21 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
         .try_admit(&Call::new("p"))
         .expect("admitted")
         .complete(Completion::new(toolgate::Outcome::Error));
+    // A call that succeeds on its second attempt.
+    let r = Call::new("r");
+    let mut run = task::spawn(
+        engine.run(&r, RunOptions::new().jitter(|| 1.0), |ctx| async move {
+            if ctx.number() == 1 {
+                AttemptResult::failure("busy").status(503)
+            } else {
+                AttemptResult::<_, &str>::success(())
+            }
+        }),
+    );
+    assert!(run.poll().is_pending());
+    clock.advance(Duration::from_millis(1));
+    assert!(matches!(run.poll(), std::task::Poll::Ready(Ok(out)) if out.attempts() == 2));
+    drop(run);
 
     let snapshot = snapshotter.snapshot().into_vec();
     let find = |kind: MetricKind, name: &str, labels: &[(&str, &str)]| {
@@ -86,6 +101,22 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     assert!(matches!(
         find(MetricKind::Gauge, "toolgate_circuit_state", &[("tool", "p")]),
         Some(DebugValue::Gauge(g)) if g.0 == 1.0
+    ));
+    assert!(matches!(
+        find(
+            MetricKind::Counter,
+            "toolgate_retries_total",
+            &[("tool", "r"), ("reason", "status")]
+        ),
+        Some(DebugValue::Counter(1))
+    ));
+    assert!(matches!(
+        find(
+            MetricKind::Counter,
+            "toolgate_success_after_retry_total",
+            &[("tool", "r")]
+        ),
+        Some(DebugValue::Counter(1))
     ));
     // Tenants are not metric labels (unbounded cardinality), and nothing else is.
     for (key, _, _, _) in &snapshot {

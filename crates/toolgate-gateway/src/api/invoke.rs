@@ -1,23 +1,29 @@
 //! `POST /v1/tools/{tool}/invoke`: the gateway runs the call itself.
 //!
 //! Arguments are checked against the tool's schema before admission (invalid: 400,
-//! nothing consumed); then the call is admitted (waiting as the tool's policy says),
-//! executed against `[tools.X.upstream]` by [`crate::upstream::execute`], and its
-//! permit completed with the outcome: `success`, `error`, `timeout`, or `invalid`
-//! when the result fails the result schema.
+//! nothing consumed); then the call runs through toolgate's pipeline
+//! ([`toolgate::Engine::run`]): each attempt is admitted (waiting as the tool's policy
+//! says), executed against `[tools.X.upstream]` by [`crate::upstream::execute`] with
+//! the call's `Idempotency-Key`, and its permit completed with the outcome
+//! (`success`, `error`, `timeout`, or `invalid` when the result fails the result
+//! schema); `[tools.X.retry]` retries idempotent tools and keyed calls.
+//!
+//! The answer carries `attempts`; a terminal failure's error body carries `reason`,
+//! every attempt and `last_status`. A rejected first admission is the usual 429.
 
-use std::time::Instant;
+use std::time::Duration;
 
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use toolgate::{Call, Completion};
+use toolgate::{AttemptResult, Call, ExecuteError, RunFailure, RunOptions, StopReason};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::upstream::{self, Failure};
+use crate::upstream::{self, Failure, Success};
 
 /// The body of an invocation.
 #[derive(Debug, Deserialize)]
@@ -52,40 +58,108 @@ pub async fn invoke(
     if let Some(ms) = req.max_wait_ms {
         call = call.max_wait(super::admit::clamp_wait(&state, ms));
     }
-    let permit = match state.engine().admit(&call).await {
-        Ok(p) => p,
-        Err(r) => return Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
+    let (http, up_ref, args) = (state.http(), &*up, &req.arguments);
+    let options = RunOptions::new().with_idempotency_key(req.idempotency_key.as_deref());
+    let mut waited = Duration::ZERO;
+    let run = state
+        .engine()
+        .run(&call, options, |ctx| {
+            waited += ctx.waited();
+            async move {
+                // Every attempt sends the same `Idempotency-Key`.
+                match upstream::execute(http, up_ref, args, ctx.idempotency_key()).await {
+                    Ok(ok) => {
+                        let status = ok.status;
+                        AttemptResult::success(ok).status(status)
+                    }
+                    Err(f) => attempt_of(f),
+                }
+            }
+        })
+        .await;
+    match run {
+        Ok(out) => {
+            let attempts = out.attempts();
+            let latency = out.history.last().map_or(Duration::ZERO, |a| a.latency);
+            Ok(Json(json!({
+                "result": out.value.result,
+                "status": out.value.status,
+                "outcome": "success",
+                "attempts": attempts,
+                "waited_ms": waited.as_millis(),
+                "latency_ms": latency.as_millis(),
+            }))
+            .into_response())
+        }
+        Err(ExecuteError::Rejected(r)) => Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
+        Err(ExecuteError::Tool(f)) => Ok(failed(f)),
+    }
+}
+
+/// How an upstream failure is reported to the pipeline (and so classified).
+fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
+    match f {
+        Failure::Timeout(_) => AttemptResult::timeout(f),
+        Failure::Transport(_) => AttemptResult::transport_error(f),
+        Failure::Invalid(_) => AttemptResult::invalid(f),
+        Failure::Status(status, _, after) => {
+            let res = AttemptResult::failure(f).status(status);
+            match after {
+                Some(d) => res.retry_after(d),
+                None => res,
+            }
+        }
+    }
+}
+
+/// The terminal failure of an invocation: the usual `{"error": {"code", "message"}}`
+/// (`upstream_timeout` 504 when the last attempt or the deadline ran out of time,
+/// `invalid_result` or `upstream_error` 502 otherwise), plus why the call stopped,
+/// every attempt and the last status.
+fn failed(f: RunFailure<Failure>) -> Response {
+    let timed_out = f.reason == StopReason::DeadlineExceeded
+        || matches!(f.error, Some(Failure::Timeout(_)) | None);
+    let (status, code) = match &f.error {
+        _ if timed_out => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+        Some(Failure::Invalid(_)) => (StatusCode::BAD_GATEWAY, "invalid_result"),
+        _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
     };
-    let waited_ms = permit.waited().as_millis();
-    let start = Instant::now();
-    let result = upstream::execute(
-        state.http(),
-        &up,
-        &req.arguments,
-        req.idempotency_key.as_deref(),
-    )
-    .await;
-    let latency = start.elapsed();
-    let outcome = result
-        .as_ref()
-        .map_or_else(Failure::outcome, |_| toolgate::Outcome::Success);
-    let mut completion = Completion::new(outcome).latency(latency);
-    if let Some(after) = result.as_ref().err().and_then(Failure::retry_after) {
-        // The upstream asked for a pause: only this tool waits it out.
-        completion = completion.retry_after(after);
+    let message = match (&f.error, f.reason) {
+        (Some(e), StopReason::DeadlineExceeded) => {
+            format!("the call did not finish within its deadline; last failure: {e}")
+        }
+        (Some(e), _) => e.to_string(),
+        (None, _) => "the call did not finish within its deadline".to_string(),
+    };
+    let attempts: Vec<Value> = f
+        .attempts
+        .iter()
+        .map(|a| {
+            json!({
+                "attempt": a.number,
+                "outcome": a.end.as_str(),
+                "status": a.status,
+                "latency_ms": a.latency.as_millis(),
+                "delay_ms": a.delay.map(|d| d.as_millis()),
+            })
+        })
+        .collect();
+    let mut error = json!({
+        "code": code,
+        "message": message,
+        "reason": f.reason.as_str(),
+        "attempts": attempts,
+        "last_status": f.last_status,
+    });
+    if let Some(r) = &f.rejection {
+        error["rejection"] = json!({
+            "quota": r.quota(),
+            "reason": r.reason().as_str(),
+            "retry_after_ms": r.retry_after().map(|d| d.as_millis()),
+        });
     }
-    permit.complete(completion);
-    match result {
-        Ok(ok) => Ok(Json(json!({
-            "result": ok.result,
-            "status": ok.status,
-            "outcome": "success",
-            "waited_ms": waited_ms,
-            "latency_ms": latency.as_millis(),
-        }))
-        .into_response()),
-        Err(f @ Failure::Timeout(_)) => Err(ApiError::UpstreamTimeout(f.to_string())),
-        Err(f @ Failure::Invalid(_)) => Err(ApiError::Upstream("invalid_result", f.to_string())),
-        Err(f) => Err(ApiError::Upstream("upstream_error", f.to_string())),
+    if let Some(d) = f.retry_after {
+        error["retry_after_ms"] = json!(d.as_millis());
     }
+    (status, Json(json!({ "error": error }))).into_response()
 }

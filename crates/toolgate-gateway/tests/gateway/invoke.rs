@@ -192,3 +192,114 @@ async fn an_upstream_429_with_retry_after_pauses_only_that_tool() {
     let other = invoke(&s, "echo", json!({"arguments": {"q": "x"}})).await;
     assert_eq!(other.status, 200, "other tools run");
 }
+
+/// An upstream that answers 503 to the first request of each idempotency key (or of
+/// requests without one), then 200 echoing the key and how often it saw it.
+async fn flaky_upstream() -> String {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<HashMap<Option<String>, u32>>> = Arc::default();
+    let app = Router::new().route(
+        "/flaky",
+        post(move |h: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let key = h
+                    .get("idempotency-key")
+                    .and_then(|k| k.to_str().ok())
+                    .map(str::to_string);
+                let n = {
+                    let mut seen = seen.lock().expect("lock");
+                    let n = seen.entry(key.clone()).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                if n == 1 {
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"busy": true})))
+                } else {
+                    (
+                        StatusCode::OK,
+                        Json(json!({"echo": "ok", "idempotency_key": key, "seen": n})),
+                    )
+                }
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(l, app).await });
+    format!("http://{addr}")
+}
+
+async fn retrying_gateway() -> Server {
+    let up = flaky_upstream().await;
+    let tool = |name: &str, idempotent: bool| {
+        format!(
+            r#"
+[tools.{name}]
+rate = "10/min"
+burst = 10
+idempotent = {idempotent}
+
+[tools.{name}.retry]
+max_attempts = 3
+base = "10ms"
+cap = "20ms"
+deadline = "5s"
+
+[tools.{name}.upstream]
+url = "{up}/flaky"
+timeout = "1s"
+result_schema = {{ type = "object", required = ["echo"] }}
+"#
+        )
+    };
+    start(&[tool("lookup", true), tool("charge", false)].concat()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_tool_is_retried_after_a_503_and_reports_its_attempts() {
+    let s = retrying_gateway().await;
+    let r = invoke(&s, "lookup", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["attempts"], 2);
+    assert_eq!(r.body["result"]["seen"], 2);
+    let st = s.tool("lookup");
+    assert_eq!(
+        (st.admitted, st.in_flight),
+        (2, 0),
+        "every attempt is admitted"
+    );
+    assert_eq!(st.quotas[0].available, Some(8), "and takes a rate token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_idempotent_call_without_a_key_runs_once_and_a_keyed_one_is_retried() {
+    let s = retrying_gateway().await;
+    let r = invoke(&s, "charge", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 502, "{r:?}");
+    let e = &r.body["error"];
+    assert_eq!(e["code"], "upstream_error");
+    assert_eq!(e["reason"], "not_retryable");
+    assert_eq!(e["last_status"], 503);
+    let attempts = e["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 1, "{e}");
+    assert_eq!(attempts[0]["status"], 503);
+    assert_eq!(attempts[0]["delay_ms"], Value::Null);
+    assert_eq!(s.tool("charge").admitted, 1);
+
+    let r = invoke(
+        &s,
+        "charge",
+        json!({"arguments": {"q": "x"}, "idempotency_key": "k-7"}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["attempts"], 2);
+    // The upstream saw the key on both attempts.
+    assert_eq!(r.body["result"]["idempotency_key"], "k-7");
+    assert_eq!(r.body["result"]["seen"], 2);
+    assert_eq!(s.tool("charge").admitted, 3);
+}

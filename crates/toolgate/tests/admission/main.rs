@@ -8,6 +8,7 @@ mod config;
 mod demo;
 mod quotas;
 mod reload;
+mod retry;
 mod shaping;
 mod store;
 mod support;
