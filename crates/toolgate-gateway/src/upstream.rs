@@ -157,6 +157,9 @@ impl std::fmt::Display for Failure {
 /// the query string), the idempotency key goes in `Idempotency-Key`, and the answer
 /// must be JSON matching the result schema.
 ///
+/// Also returns what the response's rate-limit headers said (`X-RateLimit-*`,
+/// `RateLimit`, `RateLimit-Policy`), for server-signal shaping.
+///
 /// # Errors
 ///
 /// A [`Failure`], whose [`Failure::outcome`] completes the permit.
@@ -165,6 +168,21 @@ pub async fn execute(
     upstream: &Upstream,
     arguments: &Value,
     idempotency_key: Option<&str>,
+) -> (
+    Result<Success, Failure>,
+    Option<toolgate::shaping::ServerLimit>,
+) {
+    let mut limit = None;
+    let result = send(client, upstream, arguments, idempotency_key, &mut limit).await;
+    (result, limit)
+}
+
+async fn send(
+    client: &reqwest::Client,
+    upstream: &Upstream,
+    arguments: &Value,
+    idempotency_key: Option<&str>,
+    limit: &mut Option<toolgate::shaping::ServerLimit>,
 ) -> Result<Success, Failure> {
     let u = &upstream.config;
     let mut req = client
@@ -183,6 +201,12 @@ pub async fn execute(
     };
     let res = req.send().await.map_err(|e| transport(e, u.timeout))?;
     let status = res.status().as_u16();
+    *limit = toolgate::shaping::server_limit(
+        res.headers()
+            .iter()
+            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str(), v))),
+        std::time::SystemTime::now(),
+    );
     let retry_after = matches!(status, 429 | 503)
         .then(|| res.headers().get(reqwest::header::RETRY_AFTER))
         .flatten()

@@ -196,6 +196,7 @@ pub struct AttemptResult<T, E> {
     retry_after: Option<Duration>,
     latency: Option<Duration>,
     tokens: Option<u64>,
+    server_limit: Option<crate::shaping::ServerLimit>,
 }
 
 impl<T, E> AttemptResult<T, E> {
@@ -207,6 +208,7 @@ impl<T, E> AttemptResult<T, E> {
             retry_after: None,
             latency: None,
             tokens: None,
+            server_limit: None,
         }
     }
 
@@ -267,6 +269,13 @@ impl<T, E> AttemptResult<T, E> {
     /// The actual token count, reconciled against the call's estimate.
     pub fn tokens(mut self, tokens: u64) -> Self {
         self.tokens = Some(tokens);
+        self
+    }
+
+    /// What the response's rate-limit headers said (see [`crate::shaping`]): with
+    /// little left, the tool's next calls are spread over the reset window.
+    pub fn server_limit(mut self, limit: crate::shaping::ServerLimit) -> Self {
+        self.server_limit = Some(limit);
         self
     }
 
@@ -670,6 +679,9 @@ impl Engine {
             }
             if let Some(after) = res.server_pause() {
                 completion = completion.retry_after(after);
+            }
+            if let Some(s) = res.server_limit {
+                completion = completion.server_limit(s);
             }
             permit.complete(completion);
             // Read after completing: the tool's pause ends no later than `now + after`.

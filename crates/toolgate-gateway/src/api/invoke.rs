@@ -67,12 +67,19 @@ pub async fn invoke(
             waited += ctx.waited();
             async move {
                 // Every attempt sends the same `Idempotency-Key`.
-                match upstream::execute(http, up_ref, args, ctx.idempotency_key()).await {
+                let (result, limit) =
+                    upstream::execute(http, up_ref, args, ctx.idempotency_key()).await;
+                let res = match result {
                     Ok(ok) => {
                         let status = ok.status;
                         AttemptResult::success(ok).status(status)
                     }
                     Err(f) => attempt_of(f),
+                };
+                // The upstream's rate-limit headers shape this tool's next calls.
+                match limit {
+                    Some(s) => res.server_limit(s),
+                    None => res,
                 }
             }
         })

@@ -40,6 +40,19 @@ async fn upstream() -> String {
             }),
         )
         .route(
+            "/low",
+            post(|| async {
+                (
+                    [
+                        ("x-ratelimit-limit", "100"),
+                        ("x-ratelimit-remaining", "2"),
+                        ("x-ratelimit-reset", "60"),
+                    ],
+                    Json(json!({"echo": "ok"})),
+                )
+            }),
+        )
+        .route(
             "/slow",
             post(|| async {
                 tokio::time::sleep(Duration::from_secs(3)).await;
@@ -79,6 +92,7 @@ result_schema = {{ type = "object", required = ["echo"] }}
         tool("fail", "/fail", ""),
         tool("slow", "/slow", ""),
         tool("busy", "/busy", ""),
+        tool("low", "/low", ""),
     ]
     .concat();
     start(&config).await
@@ -189,6 +203,24 @@ async fn an_upstream_429_with_retry_after_pauses_only_that_tool() {
     assert!(paused.body["retry_after_ms"]
         .as_u64()
         .is_some_and(|ms| ms > 1_000 && ms <= 2_000));
+    let other = invoke(&s, "echo", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(other.status, 200, "other tools run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_reporting_little_left_spreads_that_tools_calls() {
+    let s = gateway().await;
+    // 2 of 100 left for 60 s: one call every 30 s from now on.
+    let r = invoke(&s, "low", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let first = invoke(&s, "low", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(first.status, 200, "the first slot: {first:?}");
+    let spread = invoke(&s, "low", json!({"arguments": {"q": "x"}})).await;
+    assert_eq!(spread.status, 429, "{spread:?}");
+    assert_eq!(spread.body["quota"], "tools.low.server_limit");
+    assert!(spread.body["retry_after_ms"]
+        .as_u64()
+        .is_some_and(|ms| ms > 20_000 && ms <= 30_000));
     let other = invoke(&s, "echo", json!({"arguments": {"q": "x"}})).await;
     assert_eq!(other.status, 200, "other tools run");
 }
