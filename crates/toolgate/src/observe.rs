@@ -41,6 +41,8 @@ struct ToolMetrics {
     shadow_rejected: [Counter; 8],
     wait: Histogram,
     in_flight: Gauge,
+    /// Seconds the tool was paused by its upstream (`Retry-After`, nothing left).
+    paused: Counter,
 }
 
 /// Leaves the wait queue count when dropped.
@@ -64,7 +66,8 @@ impl ToolStats {
             rejected: by_reason("rejected"),
             shadow_rejected: by_reason("shadow_rejected"),
             wait: metrics::histogram!("toolgate_wait_seconds", "tool" => label.clone()),
-            in_flight: metrics::gauge!("toolgate_in_flight", "tool" => label),
+            in_flight: metrics::gauge!("toolgate_in_flight", "tool" => label.clone()),
+            paused: metrics::counter!("toolgate_server_paused_seconds_total", "tool" => label),
         };
         Self {
             name,
@@ -136,8 +139,15 @@ impl ToolStats {
     }
 
     /// Pauses the tool until `until` (never shortens a longer pause).
-    pub(crate) fn pause_until(&self, until: u64) {
+    pub(crate) fn pause_until(&self, now: u64, until: u64) {
         let before = self.paused_until.fetch_max(until, Ordering::AcqRel);
+        let from = before.max(now);
+        if until > from {
+            // Whole seconds of pause added (the counter is an integer).
+            self.metrics
+                .paused
+                .increment((until - from).div_ceil(1_000_000_000));
+        }
         if until > before {
             tracing::info!(target: "toolgate::decision", tool = &*self.name, until_ns = until,
                 "the upstream asked for a pause (Retry-After): the tool is paused");
@@ -155,7 +165,7 @@ impl ToolStats {
         }
         if s.remaining == 0 {
             self.spread_until.store(0, Ordering::Release);
-            self.pause_until(now.saturating_add(reset));
+            self.pause_until(now, now.saturating_add(reset));
             return;
         }
         let every = reset / s.remaining;

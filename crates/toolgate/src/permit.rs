@@ -188,8 +188,9 @@ impl Permit {
             tool.stats.server_limit(core.clock.now(), s);
         }
         if let Some(after) = completion.and_then(|c| c.retry_after) {
-            let until = core.clock.now().saturating_add(crate::clock::nanos(after));
-            tool.stats.pause_until(until);
+            let now = core.clock.now();
+            tool.stats
+                .pause_until(now, now.saturating_add(crate::clock::nanos(after)));
         }
         if let (Some((a, quota)), Some(c)) = (&tool.adaptive, completion) {
             if let Some(limit) = a.record(c.outcome, c.latency) {

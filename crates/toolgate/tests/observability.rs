@@ -59,6 +59,11 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     clock.advance(Duration::from_millis(1));
     assert!(matches!(run.poll(), std::task::Poll::Ready(Ok(out)) if out.attempts() == 2));
     drop(run);
+    // An upstream's Retry-After of 2.5 s pauses the tool: 3 whole seconds counted.
+    engine
+        .try_admit(&Call::new("r"))
+        .expect("admitted")
+        .complete(Completion::success().retry_after(Duration::from_millis(2_500)));
 
     let snapshot = snapshotter.snapshot().into_vec();
     let find = |kind: MetricKind, name: &str, labels: &[(&str, &str)]| {
@@ -117,6 +122,14 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
             &[("tool", "r")]
         ),
         Some(DebugValue::Counter(1))
+    ));
+    assert!(matches!(
+        find(
+            MetricKind::Counter,
+            "toolgate_server_paused_seconds_total",
+            &[("tool", "r")]
+        ),
+        Some(DebugValue::Counter(3))
     ));
     // Tenants are not metric labels (unbounded cardinality), and nothing else is.
     for (key, _, _, _) in &snapshot {
