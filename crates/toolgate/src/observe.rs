@@ -28,9 +28,9 @@ pub(crate) struct ToolStats {
     /// Spreading by the upstream's rate-limit headers: active until this time
     /// (engine clock; 0: off), one call every `spread_every` ns, the next slot at
     /// `spread_next`.
-    spread_until: AtomicU64,
-    spread_every: AtomicU64,
-    spread_next: AtomicU64,
+    spread_until: crate::sync::AtomicU64,
+    spread_every: crate::sync::AtomicU64,
+    spread_next: crate::sync::AtomicU64,
     metrics: ToolMetrics,
 }
 
@@ -78,9 +78,9 @@ impl ToolStats {
             shadow_rejected: AtomicU64::new(0),
             outcomes: Default::default(),
             paused_until: AtomicU64::new(0),
-            spread_until: AtomicU64::new(0),
-            spread_every: AtomicU64::new(0),
-            spread_next: AtomicU64::new(0),
+            spread_until: crate::sync::AtomicU64::new(0),
+            spread_every: crate::sync::AtomicU64::new(0),
+            spread_next: crate::sync::AtomicU64::new(0),
             metrics,
         }
     }

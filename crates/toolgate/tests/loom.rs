@@ -125,3 +125,46 @@ fn two_calls_racing_for_the_last_token_of_a_tool_and_its_pool_admit_exactly_one(
         assert!(t1.join().unwrap() ^ t2.join().unwrap());
     });
 }
+
+#[test]
+fn two_calls_racing_for_one_spread_slot_admit_exactly_one() {
+    loom::model(|| {
+        let engine = engine("[tools.crm]\nrate = \"1000/s\"");
+        // The upstream said: 1 of 100 left for 10 s. One slot now, the next in 10 s.
+        let limit =
+            toolgate::shaping::ServerLimit::new(Some(100), 1, std::time::Duration::from_secs(10));
+        engine
+            .try_admit(&Call::new("crm"))
+            .unwrap()
+            .complete(toolgate::Completion::success().server_limit(limit));
+        let (e1, e2) = (engine.clone(), engine.clone());
+        let t1 = thread::spawn(move || e1.try_admit(&Call::new("crm")).map(drop).is_ok());
+        let t2 = thread::spawn(move || e2.try_admit(&Call::new("crm")).map(drop).is_ok());
+        let admitted = usize::from(t1.join().unwrap()) + usize::from(t2.join().unwrap());
+        assert_eq!(admitted, 1);
+    });
+}
+
+#[test]
+fn spread_slots_given_back_by_refused_calls_are_not_lost() {
+    loom::model(|| {
+        let engine = engine("[tools.crm]\nrate = \"1/h\"");
+        let limit =
+            toolgate::shaping::ServerLimit::new(Some(100), 1, std::time::Duration::from_secs(10));
+        // The only rate token is spent by the call whose answer starts spreading.
+        engine
+            .try_admit(&Call::new("crm"))
+            .unwrap()
+            .complete(toolgate::Completion::success().server_limit(limit));
+        // Two racers each take the free spread slot (or find it taken), are refused
+        // by the rate quota, and give the slot back.
+        let (e1, e2) = (engine.clone(), engine.clone());
+        let t1 = thread::spawn(move || e1.try_admit(&Call::new("crm")).map(drop).is_err());
+        let t2 = thread::spawn(move || e2.try_admit(&Call::new("crm")).map(drop).is_err());
+        assert!(t1.join().unwrap() && t2.join().unwrap());
+        // The slot is free again: the next call is refused by the rate, not by the
+        // spreading.
+        let no = engine.try_admit(&Call::new("crm")).unwrap_err();
+        assert_eq!(no.quota(), "tools.crm.rate");
+    });
+}
