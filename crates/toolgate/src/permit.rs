@@ -168,43 +168,44 @@ impl Permit {
             return;
         };
         let core = &tool.core;
-        let held = if self.held.is_empty() {
-            Held2::new()
-        } else {
-            std::mem::take(&mut self.held)
-        };
-        for h in held {
-            match (h.quota.def.kind, h.quota.def.cost_of) {
-                (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
-                (_, CostOf::Tokens) => {
-                    if let Some(actual) = completion.and_then(|c| c.tokens) {
-                        core.reconcile(&h, actual);
+        if !self.held.is_empty() {
+            for h in std::mem::take(&mut self.held) {
+                match (h.quota.def.kind, h.quota.def.cost_of) {
+                    (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
+                    (_, CostOf::Tokens) => {
+                        if let Some(actual) = completion.and_then(|c| c.tokens) {
+                            core.reconcile(&h, actual);
+                        }
                     }
+                    _ => {}
                 }
-                _ => {}
             }
         }
-        if let Some(s) = completion.and_then(|c| c.server_limit) {
+        let Some(c) = completion else {
+            // Dropped without an outcome: nothing to record, a probe slot to free.
+            if self.probe {
+                tool.cancel_probe();
+            }
+            tool.stats.on_finish(None);
+            return;
+        };
+        if let Some(s) = c.server_limit {
             tool.stats.server_limit(core.clock.now(), s);
         }
-        if let Some(after) = completion.and_then(|c| c.retry_after) {
+        if let Some(after) = c.retry_after {
             let now = core.clock.now();
             tool.stats
                 .pause_until(now, now.saturating_add(crate::clock::nanos(after)));
         }
-        if let (Some((a, quota)), Some(c)) = (&tool.adaptive, completion) {
+        if let Some((a, quota)) = &tool.adaptive {
             if let Some(limit) = a.record(c.outcome, c.latency) {
                 crate::adaptive::apply_limit(quota, limit);
             }
         }
         if let Some(b) = &tool.breaker {
-            match completion {
-                Some(c) => b.record(c.outcome, c.latency, self.probe, core.clock.now()),
-                None if self.probe => b.cancel_probe(),
-                None => {}
-            }
+            b.record(c.outcome, c.latency, self.probe, core.clock.now());
         }
-        tool.stats.on_finish(completion.map(|c| c.outcome));
+        tool.stats.on_finish(Some(c.outcome));
     }
 }
 
