@@ -34,11 +34,13 @@ pub struct Permit {
     tool: Option<Arc<ToolRuntime>>,
     held: Held2,
     admitted_at: Nanos,
-    waited: Duration,
+    /// Nanoseconds waited (a `u64` keeps the permit small: it is moved on every
+    /// admission).
+    waited: Nanos,
     done: bool,
     probe: bool,
     /// What a shared store keeps for the call (see [`crate::store`]).
-    lease: Option<Box<dyn StoreLease>>,
+    lease: Option<Box<Box<dyn StoreLease>>>,
 }
 
 /// What a permit keeps: inline for up to two parts (a token budget and a
@@ -67,7 +69,7 @@ impl Permit {
             tool,
             held,
             admitted_at,
-            waited,
+            waited: crate::clock::nanos(waited),
             done: false,
             probe: false,
             lease: None,
@@ -76,11 +78,13 @@ impl Permit {
 
     /// Adds what a shared store keeps for the call; the call is now admitted.
     pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>) -> Self {
-        self.waited += lease.waited();
+        self.waited = self
+            .waited
+            .saturating_add(crate::clock::nanos(lease.waited()));
         if let Some(tool) = &self.tool {
-            tool.stats.on_admit(self.waited, None);
+            tool.stats.on_admit(self.waited(), None);
         }
-        self.lease = Some(lease);
+        self.lease = Some(Box::new(lease));
         self
     }
 
@@ -102,7 +106,7 @@ impl Permit {
 
     /// How long the call waited for admission.
     pub fn waited(&self) -> Duration {
-        self.waited
+        Duration::from_nanos(self.waited)
     }
 
     /// Ends the call: releases concurrency, reconciles tokens and records the outcome.
@@ -220,7 +224,7 @@ impl fmt::Debug for Permit {
         f.debug_struct("Permit")
             .field("tool", &self.tool())
             .field("admitted_at", &self.admitted_at)
-            .field("waited", &self.waited)
+            .field("waited", &self.waited())
             .finish_non_exhaustive()
     }
 }
