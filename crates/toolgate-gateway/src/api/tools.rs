@@ -37,10 +37,13 @@ pub async fn list(
             .map(|s| to_json(&s))
             .collect(),
     };
+    // On a shared store the quotas live there; the counters here are this replica's.
+    let store = engine.store().map_or("memory", |s| s.name());
     Ok(Json(json!({
         "tools": tools,
         "leases": state.leases().len(),
         "tenant": tenant,
+        "store": store,
     })))
 }
 

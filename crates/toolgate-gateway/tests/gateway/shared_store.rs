@@ -196,6 +196,15 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
     assert_eq!(admit(&http, &a.base, "lookup_customer").await.0, 429);
     assert_eq!(admit(&http, &b.base, "lookup_customer").await.0, 429);
     assert_eq!(admit(&http, &b.base, "search_documents").await.0, 200);
+    let tools: Value = http
+        .get(format!("{}/v1/tools", a.base))
+        .send()
+        .await
+        .expect("tools")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(tools["store"], "redis", "{tools}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
