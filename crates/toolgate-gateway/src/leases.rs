@@ -51,8 +51,13 @@ struct Entry {
 }
 
 /// The map's hasher. Its keys are sequence numbers the gateway hands out itself (never
-/// chosen by a client, so there is nothing to flood), which a multiply-and-fold mixes
-/// well enough at a fraction of SipHash's cost on the admit path.
+/// chosen by a client, so there is nothing to flood). The low bits of the hash, which
+/// pick the bucket, are the key's rank within its shard, so that leases opened one
+/// after the other sit in neighbouring buckets and expire in the same order: inserting
+/// and expiring walk memory sequentially instead of missing the cache on every lease
+/// (at 50 000 admissions per second and a 1 s TTL the map holds 50 000 leases). The top
+/// bits, which the table uses to tell keys of one group apart, are a multiplicative
+/// mix of the key.
 type SeqHash = BuildHasherDefault<SeqHasher>;
 
 #[derive(Debug, Default)]
@@ -70,8 +75,9 @@ impl Hasher for SeqHasher {
     }
 
     fn finish(&self) -> u64 {
-        let m = u128::from(self.0) * 0x9e37_79b9_7f4a_7c15;
-        (m as u64) ^ ((m >> 64) as u64)
+        const TOP: u64 = !0 << 57;
+        let rank = self.0 / SHARDS as u64;
+        (rank & !TOP) | (self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) & TOP)
     }
 }
 
