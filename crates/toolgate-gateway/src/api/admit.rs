@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -99,14 +99,15 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
         && b.push_u128(waited_ms)
         && b.push(b"}");
     debug_assert!(fits, "a lease id and a u128 fit the buffer");
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        Bytes::copy_from_slice(b.as_bytes()),
-    )
-        .into_response()
+    let mut res = Response::new(Body::from(Bytes::copy_from_slice(b.as_bytes())));
+    // Room for Content-Type and the two RateLimit headers, so that none regrows it.
+    let h = res.headers_mut();
+    h.reserve(3);
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
 }
 
 /// A wait is bounded by the request timeout, so an over-long wait is refused at once
