@@ -107,8 +107,7 @@ async fn method_not_allowed(req: Request) -> Response {
 /// Bounds every request by the request timeout (answering `ApiError::Timeout`).
 ///
 /// A plain tower service rather than `middleware::from_fn`, which clones and boxes the
-/// inner service and boxes two futures on every request; this boxes one. The timer
-/// is only armed when the request does not finish on its first poll.
+/// inner service and boxes two futures on every request; this boxes one.
 #[derive(Debug, Clone)]
 struct Timeout<S> {
     inner: S,
@@ -149,15 +148,20 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         TimeoutFuture {
-            inner: Box::pin(tokio::time::timeout(self.limit, self.inner.call(req))),
+            inner: Box::pin(self.inner.call(req)),
+            sleep: None,
             limit: self.limit,
         }
     }
 }
 
-/// The future of [`Timeout`].
+/// The future of [`Timeout`]. Like `tokio::time::timeout` it polls the request first
+/// and can only time out once the request waits; unlike it, it builds the timer only
+/// then, so a request answered on its first poll (most of them) never touches the
+/// timer wheel or the clock. The limit runs from that first wait.
 struct TimeoutFuture<F> {
-    inner: Pin<Box<tokio::time::Timeout<F>>>,
+    inner: Pin<Box<F>>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     limit: Duration,
 }
 
@@ -176,12 +180,18 @@ where
     type Output = Result<Response, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.inner.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(res)) => Poll::Ready(res),
-            Poll::Ready(Err(_)) => {
-                Poll::Ready(Ok(ApiError::Timeout(self.limit.as_millis()).into_response()))
+        if let Poll::Ready(res) = self.inner.as_mut().poll(cx) {
+            return Poll::Ready(res);
+        }
+        let limit = self.limit;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                Poll::Ready(Ok(ApiError::Timeout(limit.as_millis()).into_response()))
             }
+            Poll::Pending => Poll::Pending,
         }
     }
 }
