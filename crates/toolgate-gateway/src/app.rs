@@ -1,9 +1,14 @@
 //! The router: every endpoint, the body limit, the request timeout and JSON errors
 //! for unknown routes.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -21,6 +26,7 @@ pub const DASHBOARD: &str = include_str!("dashboard.html");
 /// The gateway's routes on `state`.
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit();
+    let timeout = Timeout::layer(state.request_timeout());
     Router::new()
         .route("/", get(dashboard))
         .route("/healthz", get(healthz))
@@ -35,7 +41,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(timeout)
         .with_state(state)
 }
 
@@ -98,11 +104,94 @@ async fn method_not_allowed(req: Request) -> Response {
     (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response()
 }
 
-/// Bounds every request by the request timeout.
-async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let limit = state.request_timeout();
-    match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(res) => res,
-        Err(_) => ApiError::Timeout(limit.as_millis()).into_response(),
+/// Bounds every request by the request timeout (answering `ApiError::Timeout`).
+///
+/// A plain tower service rather than `middleware::from_fn`, which clones and boxes the
+/// inner service and boxes two futures on every request; this boxes one.
+#[derive(Debug, Clone)]
+struct Timeout<S> {
+    inner: S,
+    limit: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TimeoutLayer(Duration);
+
+impl<S> tower::Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            limit: self.0,
+        }
+    }
+}
+
+impl Timeout<()> {
+    fn layer(limit: Duration) -> TimeoutLayer {
+        TimeoutLayer(limit)
+    }
+}
+
+impl<S> tower::Service<Request> for Timeout<S>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = TimeoutFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        TimeoutFuture {
+            inner: Box::pin(self.inner.call(req)),
+            sleep: None,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The future of [`Timeout`]. Like `tokio::time::timeout` it polls the request first
+/// and can only time out once the request waits; unlike it, it builds the timer only
+/// then, so a request answered on its first poll (most of them) never touches the
+/// timer wheel or the clock. The limit runs from that first wait.
+struct TimeoutFuture<F> {
+    inner: Pin<Box<F>>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    limit: Duration,
+}
+
+impl<F> std::fmt::Debug for TimeoutFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeoutFuture")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> Future for TimeoutFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(res) = self.inner.as_mut().poll(cx) {
+            return Poll::Ready(res);
+        }
+        let limit = self.limit;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                Poll::Ready(Ok(ApiError::Timeout(limit.as_millis()).into_response()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }

@@ -1,10 +1,11 @@
 //! Request extractors with JSON errors: [`JsonBody`] (any content type, clear
 //! messages for malformed JSON, wrong types and oversized bodies) and [`Caller`].
 
-use axum::body::Bytes;
+use std::pin::Pin;
+
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::auth::Caller;
@@ -22,19 +23,42 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let bytes = match Bytes::from_request(req, state).await {
-            Ok(b) => b,
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                return Err(ApiError::BodyTooLarge(state.body_limit()))
-            }
-            Err(e) => {
-                return Err(ApiError::InvalidRequest(format!(
-                    "cannot read the request body: {e}"
-                )))
-            }
-        };
+        let bytes = read_body(req.into_body(), state.body_limit()).await?;
         parse(&bytes).map(JsonBody)
     }
+}
+
+/// Reads a whole body of at most `limit` bytes. Reading frames directly (rather than
+/// `Bytes::from_request`, which boxes a `Limited` body and collects into a list) keeps
+/// the usual one-frame body as it came, without an allocation.
+async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError::BodyTooLarge(limit);
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large());
+    }
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    let mut len = 0usize;
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame
+            .map_err(|e| ApiError::InvalidRequest(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        len = len.saturating_add(data.len());
+        if len > limit {
+            return Err(too_large());
+        }
+        match first.take() {
+            None if more.is_empty() => first = Some(data),
+            Some(f) => {
+                more.extend_from_slice(&f);
+                more.extend_from_slice(&data);
+            }
+            None => more.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(more)))
 }
 
 /// Parses a JSON body, telling syntax errors apart from wrong shapes.

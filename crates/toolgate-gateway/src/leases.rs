@@ -8,7 +8,9 @@
 //! says); an unused part of a reservation is cancelled without an outcome, since it
 //! never ran, which gives back everything it charged.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -34,7 +36,7 @@ pub struct Leases {
 /// before the newest in the fifo (a shorter `ttl_ms`) goes to `sorted`.
 #[derive(Debug, Default)]
 struct Shard {
-    map: HashMap<u64, Entry>,
+    map: HashMap<u64, Entry, SeqHash>,
     fifo: VecDeque<(Instant, u64)>,
     sorted: BTreeSet<(Instant, u64)>,
 }
@@ -46,6 +48,37 @@ struct Entry {
     tenant: Option<Arc<str>>,
     expires: Instant,
     reservation: Option<u64>,
+}
+
+/// The map's hasher. Its keys are sequence numbers the gateway hands out itself (never
+/// chosen by a client, so there is nothing to flood). The low bits of the hash, which
+/// pick the bucket, are the key's rank within its shard, so that leases opened one
+/// after the other sit in neighbouring buckets and expire in the same order: inserting
+/// and expiring walk memory sequentially instead of missing the cache on every lease
+/// (at 50 000 admissions per second and a 1 s TTL the map holds 50 000 leases). The top
+/// bits, which the table uses to tell keys of one group apart, are a multiplicative
+/// mix of the key.
+type SeqHash = BuildHasherDefault<SeqHasher>;
+
+#[derive(Debug, Default)]
+struct SeqHasher(u64);
+
+impl Hasher for SeqHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        const TOP: u64 = !0 << 57;
+        let rank = self.0 / SHARDS as u64;
+        (rank & !TOP) | (self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) & TOP)
+    }
 }
 
 /// A lease or reservation id: sequence number and random tag.
@@ -80,11 +113,27 @@ impl Id {
         let tag = u64::from_str_radix(s.get(16..)?, 16).ok()?;
         Some(Self { seq, tag })
     }
+
+    /// The 32-hex-digit form, without going through `fmt` (it is on the admit path).
+    pub fn to_hex(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (i, d) in out.iter_mut().enumerate() {
+            let (word, at) = if i < 16 {
+                (self.seq, i)
+            } else {
+                (self.tag, i - 16)
+            };
+            *d = DIGITS[((word >> (60 - 4 * at)) & 0xf) as usize];
+        }
+        out
+    }
 }
 
 impl std::fmt::Display for Id {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:016x}{:016x}", self.seq, self.tag)
+        let hex = self.to_hex();
+        f.write_str(std::str::from_utf8(&hex).map_err(|_| std::fmt::Error)?)
     }
 }
 
@@ -223,9 +272,9 @@ impl Leases {
 }
 
 /// Removes the lease `seq` if it is still open and due at `at`.
-fn take_due(map: &mut HashMap<u64, Entry>, seq: u64, at: Instant) -> Option<Entry> {
-    match map.get(&seq) {
-        Some(e) if e.expires == at => map.remove(&seq),
+fn take_due(map: &mut HashMap<u64, Entry, SeqHash>, seq: u64, at: Instant) -> Option<Entry> {
+    match map.entry(seq) {
+        Slot::Occupied(e) if e.get().expires == at => Some(e.remove()),
         _ => None,
     }
 }
@@ -270,6 +319,11 @@ mod tests {
         });
         let s = id.to_string();
         assert_eq!(Id::parse(&s), Some(id));
+        let odd = Id {
+            seq: 0x0123_4567_89ab_cdef,
+            tag: 0xfedc_ba98_7654_3210,
+        };
+        assert_eq!(odd.to_string(), "0123456789abcdeffedcba9876543210");
         assert!(l.take(&s, Some("b")).is_none(), "another tenant's lease");
         assert!(l.take("0000000000000001ffffffffffffffff", None).is_none());
         assert!(l.take(&s, Some("a")).is_some());

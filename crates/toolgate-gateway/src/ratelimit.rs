@@ -26,6 +26,8 @@ pub struct Headers {
 struct Info {
     path: String,
     policy: HeaderValue,
+    /// `"<path>";r=`, the start of every `RateLimit` value.
+    prefix: Box<[u8]>,
     q: u64,
     per_token: Duration,
     window: Duration,
@@ -56,11 +58,13 @@ impl Headers {
                 let policy =
                     HeaderValue::from_str(&format!("{};q={q};w={w}", sf_string(&path))).ok()?;
                 let per_token = rate.period() / u32::try_from(rate.count()).unwrap_or(u32::MAX);
+                let prefix = format!("{};r=", sf_string(&path)).into_bytes().into();
                 Some((
                     name.clone(),
                     Info {
                         path,
                         policy,
+                        prefix,
                         q,
                         per_token,
                         window: rate.period(),
@@ -117,11 +121,69 @@ impl Headers {
 }
 
 impl Info {
+    /// Adds `RateLimit-Policy` and `RateLimit: "<path>";r=<r>;t=<t>`, the latter
+    /// written from the precomputed prefix without `format!` (it is on the admit path).
     fn put(&self, h: &mut HeaderMap, r: u64, t: u64) {
         h.insert(POLICY.clone(), self.policy.clone());
-        if let Ok(v) = HeaderValue::from_str(&format!("{};r={r};t={t}", sf_string(&self.path))) {
+        let mut v = StackBuf::new();
+        let value = if v.push(&self.prefix)
+            && v.push_u128(r.into())
+            && v.push(b";t=")
+            && v.push_u128(t.into())
+        {
+            HeaderValue::from_bytes(v.as_bytes())
+        } else {
+            let prefix = String::from_utf8_lossy(&self.prefix);
+            HeaderValue::from_str(&format!("{prefix}{r};t={t}"))
+        };
+        if let Ok(v) = value {
             h.insert(RATELIMIT.clone(), v);
         }
+    }
+}
+
+/// A small buffer on the stack for header values and bodies of the hot path.
+#[derive(Debug)]
+pub(crate) struct StackBuf {
+    buf: [u8; 192],
+    len: usize,
+}
+
+impl StackBuf {
+    pub(crate) fn new() -> Self {
+        Self {
+            buf: [0; 192],
+            len: 0,
+        }
+    }
+
+    /// Appends `bytes`; `false` (and nothing appended) when they do not fit.
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> bool {
+        let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) else {
+            return false;
+        };
+        dst.copy_from_slice(bytes);
+        self.len += bytes.len();
+        true
+    }
+
+    /// Appends `n` in decimal.
+    pub(crate) fn push_u128(&mut self, mut n: u128) -> bool {
+        let mut digits = [0u8; 39];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..])
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -164,6 +226,10 @@ mod tests {
         headers.admitted(&mut h, &engine, "t", None);
         assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
         assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
+        let mut b = StackBuf::new();
+        assert!(b.push(b"x=") && b.push_u128(0) && b.push(b",") && b.push_u128(u128::MAX));
+        assert_eq!(b.as_bytes(), format!("x=0,{}", u128::MAX).as_bytes());
+        assert!(!b.push(&[b'y'; 192]), "does not fit");
         assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
     }
