@@ -88,11 +88,11 @@ impl Headers {
         let Some(info) = self.by_tool.get(tool) else {
             return;
         };
-        let left = engine
-            .tool_state(tool, tenant)
-            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == info.path))
-            .and_then(|q| q.available)
-            .unwrap_or(0);
+        // On a shared store the live figure is in the store: only the policy then.
+        let Some(left) = engine.available(tool, &info.path, tenant) else {
+            h.insert(POLICY.clone(), info.policy.clone());
+            return;
+        };
         let t = if info.sliding {
             ceil_secs(info.window)
         } else {

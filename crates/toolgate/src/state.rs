@@ -64,6 +64,33 @@ impl Engine {
         compiled.tools.get(tool).map(|t| snapshot(t, tenant, now))
     }
 
+    /// What quota `quota` (a config path such as `tools.lookup_customer.rate`) of
+    /// `tool` has left now, for `tenant`'s partition when it is partitioned: the
+    /// one figure of [`Engine::tool_state`] that a `RateLimit` response header needs,
+    /// read under one lock without building the whole state. `None` when the tool
+    /// has no such quota (or it lives in a shared store).
+    pub fn available(&self, tool: &str, quota: &str, tenant: Option<&str>) -> Option<u64> {
+        let compiled = self.compiled();
+        let q = compiled
+            .tools
+            .get(tool)?
+            .quotas
+            .iter()
+            .find(|q| &*q.def.path == quota)?;
+        let now = self.clock().now();
+        let cell = match &q.slot {
+            Slot::Single(c) => c.clone(),
+            Slot::Partitioned(p) => match tenant.and_then(|k| p.peek(k)) {
+                Some(c) => c,
+                // An unseen tenant has a fresh, full partition.
+                None => return tenant.map(|_| q.def.capacity()),
+            },
+        };
+        let mut g = cell.lock();
+        g.settle(&q.def, now);
+        Some(q.def.available(&g.limiter, now))
+    }
+
     /// Evicts every idle tenant partition now (an idle partition is one whose state
     /// equals a fresh one, so this never changes a decision). Eviction also happens
     /// on its own as partitions are created; this is for callers that want memory

@@ -423,3 +423,26 @@ fn unused_parts_of_a_reservation_give_back_everything_they_charged() {
         Some(900)
     );
 }
+
+#[test]
+fn available_reads_one_quota_of_one_tool_for_one_tenant() {
+    let (engine, clock) = crate::support::engine(
+        "[tools.t]\nrate = \"2/s\"\nburst = 2\nconcurrency = 3\n[tools.p]\nrate = \"1/s\"\nburst = 4\npartition = \"tenant\"",
+    );
+    let _a = engine.try_admit(&toolgate::Call::new("t")).unwrap();
+    assert_eq!(engine.available("t", "tools.t.rate", None), Some(1));
+    assert_eq!(engine.available("t", "tools.t.concurrency", None), Some(2));
+    assert_eq!(engine.available("t", "tools.t.tokens", None), None);
+    assert_eq!(engine.available("nope", "tools.nope.rate", None), None);
+    let _b = engine
+        .try_admit(&toolgate::Call::new("p").tenant("acme"))
+        .unwrap();
+    assert_eq!(engine.available("p", "tools.p.rate", Some("acme")), Some(3));
+    assert_eq!(
+        engine.available("p", "tools.p.rate", Some("other")),
+        Some(4),
+        "an unseen tenant is full"
+    );
+    clock.advance(std::time::Duration::from_millis(500));
+    assert_eq!(engine.available("t", "tools.t.rate", None), Some(2));
+}
