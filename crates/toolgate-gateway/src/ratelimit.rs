@@ -168,7 +168,30 @@ impl StackBuf {
     }
 
     /// Appends `n` in decimal.
-    pub(crate) fn push_u128(&mut self, mut n: u128) -> bool {
+    pub(crate) fn push_u128(&mut self, n: u128) -> bool {
+        // 128-bit division is a library call per digit: the values of the hot path
+        // (remaining counts, seconds, milliseconds) fit 64 bits.
+        match u64::try_from(n) {
+            Ok(n) => self.push_u64(n),
+            Err(_) => self.push_u128_slow(n),
+        }
+    }
+
+    fn push_u64(&mut self, mut n: u64) -> bool {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..])
+    }
+
+    fn push_u128_slow(&mut self, mut n: u128) -> bool {
         let mut digits = [0u8; 39];
         let mut i = digits.len();
         loop {
@@ -227,8 +250,12 @@ mod tests {
         assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
         assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
         let mut b = StackBuf::new();
+        let big = u128::from(u64::MAX);
         assert!(b.push(b"x=") && b.push_u128(0) && b.push(b",") && b.push_u128(u128::MAX));
-        assert_eq!(b.as_bytes(), format!("x=0,{}", u128::MAX).as_bytes());
+        assert!(b.push(b",") && b.push_u128(big) && b.push(b",") && b.push_u128(big + 1));
+        assert!(b.push(b",") && b.push_u128(1_234_567));
+        let want = format!("x=0,{},{big},{},1234567", u128::MAX, big + 1);
+        assert_eq!(b.as_bytes(), want.as_bytes());
         assert!(!b.push(&[b'y'; 192]), "does not fit");
         assert_eq!(ceil_secs(Duration::from_millis(1500)), 2);
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
