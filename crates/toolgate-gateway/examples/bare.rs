@@ -8,10 +8,6 @@ use axum::routing::any;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-/// The same allocator as the `toolgate` binary, so that the comparison is like for like.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 async fn constant() -> Json<Value> {
     Json(json!({"admitted": true, "lease": "00000000000000010000000000000000", "waited_ms": 0}))
 }
