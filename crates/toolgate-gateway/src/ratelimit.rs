@@ -169,16 +169,22 @@ impl StackBuf {
 
     /// Appends `n` in decimal.
     pub(crate) fn push_u128(&mut self, n: u128) -> bool {
-        // 128-bit division is a library call per digit: the values of the hot path
-        // (remaining counts, seconds, milliseconds) fit 64 bits.
+        // 128-bit division is a library call per digit, so digits come from 64-bit
+        // words: the values of the hot path (remaining counts, seconds, milliseconds)
+        // are a single word.
+        const WORD: u128 = 10_000_000_000_000_000_000; // 10^19
         match u64::try_from(n) {
-            Ok(n) => self.push_u64(n),
-            Err(_) => self.push_u128_slow(n),
+            Ok(n) => self.push_u64(n, 1),
+            Err(_) => {
+                let low = u64::try_from(n % WORD).unwrap_or(0);
+                self.push_u128(n / WORD) && self.push_u64(low, 19)
+            }
         }
     }
 
-    fn push_u64(&mut self, mut n: u64) -> bool {
-        let mut digits = [0u8; 20];
+    /// Appends `n` in decimal, zero-padded to at least `width` digits.
+    fn push_u64(&mut self, mut n: u64, width: usize) -> bool {
+        let mut digits = [b'0'; 20];
         let mut i = digits.len();
         loop {
             i -= 1;
@@ -188,21 +194,7 @@ impl StackBuf {
                 break;
             }
         }
-        self.push(&digits[i..])
-    }
-
-    fn push_u128_slow(&mut self, mut n: u128) -> bool {
-        let mut digits = [0u8; 39];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..])
+        self.push(&digits[i.min(digits.len() - width)..])
     }
 
     pub(crate) fn as_bytes(&self) -> &[u8] {

@@ -229,12 +229,9 @@ impl Engine {
     /// # }
     /// ```
     pub async fn admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        let tool = {
-            let compiled = self.inner.compiled.load();
-            match compiled.tools.get(call.tool) {
-                Some(t) => t.clone(),
-                None => return self.unknown(&compiled, call),
-            }
+        let tool = match self.resolve(call) {
+            Ok(t) => t,
+            Err(unknown) => return unknown,
         };
         let waits = tool.on_limit == OnLimit::Wait || call.max_wait.is_some();
         self.admit_tool(&tool, call, waits).await
@@ -247,14 +244,21 @@ impl Engine {
     ///
     /// A [`Rejection`]; nothing was consumed.
     pub async fn admit_now(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        let tool = {
-            let compiled = self.inner.compiled.load();
-            match compiled.tools.get(call.tool) {
-                Some(t) => t.clone(),
-                None => return self.unknown(&compiled, call),
-            }
+        let tool = match self.resolve(call) {
+            Ok(t) => t,
+            Err(unknown) => return unknown,
         };
         self.admit_tool(&tool, call, false).await
+    }
+
+    /// The runtime of the call's tool, or the answer for a tool without a policy.
+    #[allow(clippy::result_large_err)]
+    fn resolve(&self, call: &Call<'_>) -> Result<Arc<ToolRuntime>, Result<Permit, Rejection>> {
+        let compiled = self.inner.compiled.load();
+        match compiled.tools.get(call.tool) {
+            Some(t) => Ok(t.clone()),
+            None => Err(self.unknown(&compiled, call)),
+        }
     }
 
     async fn admit_tool(

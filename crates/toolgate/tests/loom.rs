@@ -126,17 +126,24 @@ fn two_calls_racing_for_the_last_token_of_a_tool_and_its_pool_admit_exactly_one(
     });
 }
 
+/// An engine on `toml` whose tool `crm` has just been told by its upstream that 1 of
+/// 100 calls is left for 10 s (the telling call took the tool's first rate token).
+fn spreading(toml: &str) -> Engine {
+    let engine = engine(toml);
+    let limit =
+        toolgate::shaping::ServerLimit::new(Some(100), 1, std::time::Duration::from_secs(10));
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(toolgate::Completion::success().server_limit(limit));
+    engine
+}
+
 #[test]
 fn two_calls_racing_for_one_spread_slot_admit_exactly_one() {
     loom::model(|| {
-        let engine = engine("[tools.crm]\nrate = \"1000/s\"");
-        // The upstream said: 1 of 100 left for 10 s. One slot now, the next in 10 s.
-        let limit =
-            toolgate::shaping::ServerLimit::new(Some(100), 1, std::time::Duration::from_secs(10));
-        engine
-            .try_admit(&Call::new("crm"))
-            .unwrap()
-            .complete(toolgate::Completion::success().server_limit(limit));
+        // The upstream said 1 of 100 is left for 10 s: one slot now, the next in 10 s.
+        let engine = spreading("[tools.crm]\nrate = \"1000/s\"");
         let (e1, e2) = (engine.clone(), engine.clone());
         let t1 = thread::spawn(move || e1.try_admit(&Call::new("crm")).map(drop).is_ok());
         let t2 = thread::spawn(move || e2.try_admit(&Call::new("crm")).map(drop).is_ok());
@@ -148,14 +155,8 @@ fn two_calls_racing_for_one_spread_slot_admit_exactly_one() {
 #[test]
 fn spread_slots_given_back_by_refused_calls_are_not_lost() {
     loom::model(|| {
-        let engine = engine("[tools.crm]\nrate = \"1/h\"");
-        let limit =
-            toolgate::shaping::ServerLimit::new(Some(100), 1, std::time::Duration::from_secs(10));
-        // The only rate token is spent by the call whose answer starts spreading.
-        engine
-            .try_admit(&Call::new("crm"))
-            .unwrap()
-            .complete(toolgate::Completion::success().server_limit(limit));
+        // A free spread slot, but the only rate token went to the telling call.
+        let engine = spreading("[tools.crm]\nrate = \"1/h\"");
         // Two racers each take the free spread slot (or find it taken), are refused
         // by the rate quota, and give the slot back.
         let (e1, e2) = (engine.clone(), engine.clone());

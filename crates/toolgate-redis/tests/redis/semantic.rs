@@ -389,9 +389,25 @@ pub async fn a_cancelled_waiter_gives_its_time_back<F: Factory>(f: &F) {
     drop(first);
 }
 
-/// Instantiates every case for one factory expression.
+/// Instantiates every case of the suite for one factory expression.
 #[macro_export]
 macro_rules! semantic_suite {
+    ($factory:expr) => {
+        $crate::semantic_suite!($factory;
+            burst_then_exact_refill,
+            sliding_window_is_exact,
+            tokens_are_reconciled,
+            concurrency_is_released,
+            pools_are_shared,
+            tenants_have_their_own_partitions,
+            a_denied_call_charges_nothing,
+            a_cost_above_capacity_is_rejected_at_once,
+            shadow_quotas_never_reject,
+            unknown_tools_are_allowed_or_denied,
+            waiters_sleep_until_their_reserved_time,
+            a_cancelled_waiter_gives_its_time_back,
+        );
+    };
     ($factory:expr; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
