@@ -252,7 +252,6 @@ impl Engine {
     }
 
     /// The runtime of the call's tool, or the answer for a tool without a policy.
-    #[allow(clippy::result_large_err)]
     fn resolve(&self, call: &Call<'_>) -> Result<Arc<ToolRuntime>, Result<Permit, Rejection>> {
         let compiled = self.inner.compiled.load();
         match compiled.tools.get(call.tool) {
