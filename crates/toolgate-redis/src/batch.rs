@@ -17,7 +17,9 @@ use crate::store::Inner;
 
 impl Inner {
     /// The permits of admitted calls: `split[i]` is call i's steps (`None` tool: an
-    /// unknown tool); `merged` the steps the script ran.
+    /// unknown tool); `merged` the steps the script ran. `refundable` permits (the
+    /// parts of a reservation) also keep what gives their charges back, for
+    /// [`RedisPermit::cancel`].
     pub(crate) fn admitted(
         self: &Arc<Self>,
         tools: &[Option<Arc<RTool>>],
@@ -25,6 +27,7 @@ impl Inner {
         merged: &[Step],
         id: &Arc<str>,
         reply: Reply,
+        refundable: bool,
     ) -> Vec<Option<RedisPermit>> {
         let Reply::Admitted {
             shadow_ok,
@@ -52,17 +55,37 @@ impl Inner {
             };
             let mut leases = Vec::new();
             let mut tokens = Vec::new();
+            let mut refunds = Vec::new();
             for s in steps.iter().filter(|s| !s.quota.shadow || shadow_ok) {
-                if let (Params::Concurrency { .. }, true) = (s.quota.params, s.cost > 0) {
+                if s.cost == 0 {
+                    continue;
+                }
+                // This call's members of a sorted set (leases, sliding entries): the
+                // script numbers them 1.. across every call sharing the key.
+                let mut members = || {
                     let m = merged.iter().position(|x| x.key == s.key).unwrap_or(0);
                     let from = next_member[m];
                     next_member[m] += s.cost;
-                    leases.push(Op::Members {
+                    Op::Members {
                         key: s.key.clone(),
                         id: id.clone(),
                         from,
                         to: from + s.cost - 1,
-                    });
+                    }
+                };
+                match s.quota.params {
+                    Params::Concurrency { .. } => leases.push(members()),
+                    Params::Sliding { .. } if refundable => refunds.push(members()),
+                    Params::Sliding { .. } => {}
+                    Params::Bucket { pq, pr, den, .. } if refundable => {
+                        refunds.push(Op::Bucket {
+                            key: s.key.clone(),
+                            params: [pq, pr, den],
+                            delta: -i128::from(s.cost),
+                            at: -1,
+                        });
+                    }
+                    Params::Bucket { .. } => {}
                 }
                 if let (Params::Bucket { pq, pr, den, .. }, CostOf::Tokens) =
                     (s.quota.params, s.quota.cost_of)
@@ -78,6 +101,7 @@ impl Inner {
                 gate: self.clone(),
                 leases,
                 tokens,
+                refunds,
             };
             out.push(Some(RedisPermit::new(
                 Some(tool.name.clone()),
@@ -148,7 +172,7 @@ impl Inner {
                     .map(|(i, p)| (i, p.as_slice()))
                     .collect();
                 Ok(self
-                    .admitted(&tools, &split, &merged, &id, reply)
+                    .admitted(&tools, &split, &merged, &id, reply, true)
                     .into_iter()
                     .flatten()
                     .collect())

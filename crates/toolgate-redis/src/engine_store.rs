@@ -286,8 +286,11 @@ impl StoreLease for Lease {
     }
 
     fn cancel(self: Box<Self>) {
-        // Redis keeps no record of a reservation's rate charges: an unused part gives
-        // back its concurrency leases; its rate tokens refill.
-        drop(self.permit);
+        let Self { permit, handle } = *self;
+        handle.spawn(async move {
+            if let Err(e) = permit.cancel().await {
+                tracing::warn!(error = %e, "redis reservation not given back; it refills or expires");
+            }
+        });
     }
 }

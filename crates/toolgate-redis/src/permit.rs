@@ -74,6 +74,9 @@ pub(crate) enum Held {
         gate: Arc<Inner>,
         leases: Vec<Op>,
         tokens: Vec<TokenHold>,
+        /// What gives the call's rate, token and sliding charges back (the parts of
+        /// a reservation only; empty otherwise).
+        refunds: Vec<Op>,
     },
     Local(Permit),
     Granted,
@@ -149,6 +152,7 @@ impl RedisPermit {
                 gate,
                 leases,
                 tokens,
+                ..
             } => {
                 let mut ops = leases;
                 if let Some(actual) = completion.tokens {
@@ -166,6 +170,37 @@ impl RedisPermit {
 }
 
 impl RedisPermit {
+    /// Gives back what admission charged, for a call that never ran (an unused part
+    /// of a reservation made with [`crate::RedisGate::try_admit_all`]): concurrency
+    /// leases are released, request and token buckets refunded (never above full)
+    /// and sliding-window entries removed, in one round trip. Permits of single
+    /// admissions keep only their leases, so for them this is like dropping.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer: leases then expire after the lease TTL, and the
+    /// rate charges stay until they refill.
+    pub async fn cancel(mut self) -> Result<(), StoreError> {
+        self.done = true;
+        self.leave();
+        match std::mem::replace(&mut self.held, Held::Unaccounted) {
+            Held::Remote {
+                gate,
+                mut leases,
+                refunds,
+                ..
+            } => {
+                leases.extend(refunds);
+                gate.release(leases).await
+            }
+            Held::Local(p) => {
+                p.cancel();
+                Ok(())
+            }
+            Held::Granted | Held::Unaccounted => Ok(()),
+        }
+    }
+
     /// The call is no longer in flight.
     fn leave(&self) {
         if let Some(t) = self.tool.as_ref().filter(|_| self.metered) {

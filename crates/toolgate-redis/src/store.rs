@@ -347,7 +347,8 @@ impl Inner {
             )),
             Ok(reply @ Reply::Admitted { .. }) => {
                 let split = [(0, steps)];
-                let mut permits = self.admitted(&[Some(tool.clone())], &split, steps, &id, reply);
+                let mut permits =
+                    self.admitted(&[Some(tool.clone())], &split, steps, &id, reply, false);
                 let permit = permits.pop().flatten();
                 match permit {
                     Some(p) => self.sleep_out(p, steps, &id, reply).await,

@@ -19,6 +19,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     async fn admit(&self, call: &Call<'_>) -> Result<Self::Permit, Rejection>;
     async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Self::Permit>, Rejection>;
     async fn complete(&self, permit: Self::Permit, completion: Completion);
+    /// Gives back an unused part of a reservation (and lets it land).
+    async fn cancel(&self, permit: Self::Permit);
     /// Lets a dropped permit's release land (Redis releases in a spawned task).
     async fn settle(&self);
     fn waited(permit: &Self::Permit) -> Duration;
@@ -69,6 +71,9 @@ impl Backend for Memory {
     }
     async fn complete(&self, permit: Permit, completion: Completion) {
         permit.complete(completion);
+    }
+    async fn cancel(&self, permit: Permit) {
+        permit.cancel();
     }
     async fn settle(&self) {}
     fn waited(permit: &Permit) -> Duration {
@@ -151,6 +156,9 @@ impl Backend for Redis {
     async fn complete(&self, permit: RedisPermit, completion: Completion) {
         permit.complete(completion).await.expect("release");
     }
+    async fn cancel(&self, permit: RedisPermit) {
+        permit.cancel().await.expect("give back");
+    }
     async fn settle(&self) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -213,6 +221,10 @@ impl Backend for EngineOnRedis {
     async fn complete(&self, permit: Permit, completion: Completion) {
         // The store's round trip runs in the background: let it land.
         permit.complete(completion);
+        self.settle().await;
+    }
+    async fn cancel(&self, permit: Permit) {
+        permit.cancel();
         self.settle().await;
     }
     async fn settle(&self) {

@@ -146,6 +146,33 @@ pub async fn concurrency_is_released<F: Factory>(f: &F) {
     assert!(b.try_admit(&c).await.is_ok(), "slot freed by drop");
 }
 
+/// An unused part of a reservation gives back everything it charged: request
+/// bucket (the pool's), token budget, sliding entry and concurrency slot. (One tool
+/// and its pool: in a Redis Cluster a plan's quotas share one slot group.)
+pub async fn an_unused_reservation_gives_its_charges_back<F: Factory>(f: &F) {
+    let b = f
+        .make(
+            "[pools.p]\nrate = \"2/h\"\n\
+             [tools.r]\nrate = \"2/h\"\nwindow = \"sliding\"\ntokens = \"2/h\"\n\
+             concurrency = 2\npools = [\"p\"]",
+        )
+        .await;
+    let r = Call::new("r").tokens(1);
+    let mut parts = b.try_admit_all(&[r, r]).await.expect("the plan fits");
+    assert!(b.try_admit(&r).await.is_err(), "every quota of r is spent");
+    // Give one part back; the other stays held.
+    let part = parts.pop().expect("two parts");
+    b.cancel(part).await;
+    let again = b
+        .try_admit(&r)
+        .await
+        .expect("all four quotas gave one back");
+    // Exactly one: nothing was given back twice.
+    let no = b.try_admit(&r).await.expect_err("spent again");
+    assert_eq!(no.reason(), Reason::RateLimited, "{no:?}");
+    drop((again, parts));
+}
+
 /// A tool draws from its own quotas and its pools'; the pool names itself.
 pub async fn pools_are_shared<F: Factory>(f: &F) {
     let b = f
@@ -406,6 +433,7 @@ macro_rules! semantic_suite {
             unknown_tools_are_allowed_or_denied,
             waiters_sleep_until_their_reserved_time,
             a_cancelled_waiter_gives_its_time_back,
+            an_unused_reservation_gives_its_charges_back,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -433,4 +461,5 @@ pub async fn all<F: Factory>(f: &F) {
     unknown_tools_are_allowed_or_denied(f).await;
     waiters_sleep_until_their_reserved_time(f).await;
     a_cancelled_waiter_gives_its_time_back(f).await;
+    an_unused_reservation_gives_its_charges_back(f).await;
 }

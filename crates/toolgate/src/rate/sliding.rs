@@ -129,14 +129,21 @@ impl SlidingLog {
         }
     }
 
-    /// Removes one entry of `cost` admissions at `at`, if there is one.
+    /// Takes `cost` admissions made at `at` back out of the log, if it holds that
+    /// many at that time (an entry may hold several calls of one reservation).
     pub(crate) fn remove(&mut self, at: Nanos, cost: u64) {
-        if let Some(i) = self
+        let Some(i) = self
             .entries
             .iter()
-            .rposition(|&(t, n)| t == at && n == cost)
-        {
-            self.entries.remove(i);
+            .rposition(|&(t, n)| t == at && n >= cost)
+        else {
+            return;
+        };
+        if let Some(e) = self.entries.get_mut(i) {
+            e.1 -= cost;
+            if e.1 == 0 {
+                self.entries.remove(i);
+            }
             self.total -= cost;
         }
     }
@@ -174,6 +181,21 @@ mod tests {
         assert_eq!(admit(&w, &mut log, 60 * S - 1), Err(1));
         assert!(admit(&w, &mut log, 60 * S).is_ok());
         assert_eq!(admit(&w, &mut log, 60 * S), Err(10 * S));
+    }
+
+    #[test]
+    fn parts_of_a_batch_are_taken_back_one_by_one() {
+        let w = Window::new(4, 10);
+        let mut log = SlidingLog::default();
+        w.charge(&mut log, 3, 0); // a reservation of three calls, one entry
+        log.remove(0, 1);
+        assert_eq!(w.in_window(&log, 1), 2);
+        log.remove(0, 5); // more than the entry holds: nothing
+        log.remove(7, 1); // no entry at that time: nothing
+        assert_eq!(w.in_window(&log, 1), 2);
+        log.remove(0, 2);
+        assert!(log.is_empty());
+        assert_eq!(w.earliest(&log, 4, 1), 1);
     }
 
     #[test]
