@@ -30,6 +30,7 @@ impl Inner {
         refundable: bool,
     ) -> Vec<Option<RedisPermit>> {
         let Reply::Admitted {
+            at,
             shadow_ok,
             shadow_blame,
             ..
@@ -83,6 +84,7 @@ impl Inner {
                             params: [pq, pr, den],
                             delta: -i128::from(s.cost),
                             at: -1,
+                            since: at,
                         });
                     }
                     Params::Bucket { .. } => {}

@@ -199,6 +199,7 @@ impl Inner {
                         params: [pq, pr, den],
                         delta: -i128::from(left),
                         at: -1,
+                        since: -1,
                     }),
                     _ => None,
                 })

@@ -36,12 +36,15 @@ pub(crate) enum Op {
         to: u64,
     },
     /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket; `at >= 0` also
-    /// clears its last-reserved mark if it is `at`.
+    /// clears its last-reserved mark if it is `at`. `since >= 0`: the refund gives back
+    /// a charge made at `since` (Redis µs) that was never used, less the refill since
+    /// then, so that the bucket never ends up fuller than without the charge.
     Bucket {
         key: String,
         params: [u64; 3],
         delta: i128,
         at: i64,
+        since: i64,
     },
 }
 
@@ -216,6 +219,7 @@ fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
         params: t.params,
         delta,
         at: -1,
+        since: -1,
     })
 }
 

@@ -74,6 +74,7 @@ pub(crate) fn reservation_ops(steps: &[Step], id: &Arc<str>, at: i64, shadow_ok:
                 params: [pq, pr, den],
                 delta: -i128::from(s.cost),
                 at,
+                since: at,
             },
             _ => Op::Members {
                 key: s.key.clone(),

@@ -86,6 +86,7 @@ impl Inner {
                         .arg(*from)
                         .arg(*to)
                         .arg(0)
+                        .arg(0)
                         .arg(0);
                 }
                 Op::Bucket {
@@ -93,6 +94,7 @@ impl Inner {
                     params,
                     delta,
                     at,
+                    since,
                 } => {
                     let [pq, pr, den] = *params;
                     inv.key(key)
@@ -101,7 +103,8 @@ impl Inner {
                         .arg(pr)
                         .arg(den)
                         .arg(delta.to_string())
-                        .arg(*at);
+                        .arg(*at)
+                        .arg(*since);
                 }
             }
         }

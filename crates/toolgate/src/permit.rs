@@ -116,8 +116,10 @@ impl Permit {
 
     /// Gives back what admission charged, for a call that never ran (an unused part
     /// of a reservation made with [`crate::Engine::try_admit_all`]): concurrency is
-    /// released, and request and token buckets are refunded (never above their
-    /// capacity). A sliding window takes the admission back out of its log unless
+    /// released, and request and token buckets are refunded — less the refill since
+    /// the admission, so that a bucket never ends up fuller than if the call had
+    /// never been admitted (a full bucket wastes its refill), and never above
+    /// capacity. A sliding window takes the admission back out of its log unless
     /// waiters have reserved slots behind it since. No outcome is recorded.
     ///
     /// Permits from [`crate::Engine::try_admit`] and [`crate::Engine::admit`] keep
@@ -146,11 +148,12 @@ impl Permit {
         for h in std::mem::take(&mut self.held) {
             match h.quota.def.kind {
                 Kind::Concurrency(_) => h.cell.lock().release(h.cost),
-                Kind::Bucket(_) => core.reconcile(&h, 0),
-                Kind::Sliding(_) => h
-                    .cell
-                    .lock()
-                    .unrecord(&h.quota.def, self.admitted_at, h.cost),
+                Kind::Bucket(_) => core.reconcile(&h, 0, Some(self.admitted_at)),
+                Kind::Sliding(_) => {
+                    h.cell
+                        .lock()
+                        .unrecord(&h.quota.def, self.admitted_at, h.cost, core.clock.now())
+                }
             }
         }
         if self.probe {
@@ -178,7 +181,7 @@ impl Permit {
                     (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
                     (_, CostOf::Tokens) => {
                         if let Some(actual) = completion.and_then(|c| c.tokens) {
-                            core.reconcile(&h, actual);
+                            core.reconcile(&h, actual, None);
                         }
                     }
                     _ => {}

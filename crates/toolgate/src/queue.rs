@@ -261,7 +261,9 @@ impl Core {
     /// or refunds it (never above capacity). Behind waiters' reservations, a charge
     /// goes after them (so nobody's promised time moves back) and a refund goes before
     /// them (so they move up).
-    pub(crate) fn reconcile(&self, h: &Held, actual: u64) {
+    /// Charges or refunds the difference between `h`'s cost and `actual`; `since`
+    /// (when the cost was charged) marks a refund of a charge given back unused.
+    pub(crate) fn reconcile(&self, h: &Held, actual: u64, since: Option<Nanos>) {
         let def = &h.quota.def;
         if actual == h.cost {
             return;
@@ -271,7 +273,7 @@ impl Core {
             let mut g = h.cell.lock();
             g.settle(def, now);
             if !g.has_future(now) {
-                return apply_difference(&mut g, def, h.cost, actual, now);
+                return apply_difference(&mut g, def, h.cost, actual, since, now);
             }
         }
         let mut sched = self.sched.lock();
@@ -280,7 +282,7 @@ impl Core {
             let mut g = h.cell.lock();
             g.settle(def, now);
             if !g.has_future(now) {
-                return apply_difference(&mut g, def, h.cost, actual, now);
+                return apply_difference(&mut g, def, h.cost, actual, since, now);
             }
             if actual > h.cost {
                 let seq = sched.next_seq();
@@ -308,7 +310,7 @@ impl Core {
         let seeds = [(h.quota.clone(), h.cell.clone())];
         sched.replan(&*self.clock, &seeds, first, None, |guards, order, now| {
             if let Ok(i) = order.binary_search(&target) {
-                guards[i].refund(def, refund, now);
+                guards[i].refund(def, refund, since, now);
             }
         });
     }
@@ -319,12 +321,13 @@ fn apply_difference(
     def: &crate::quota::QuotaDef,
     estimate: u64,
     actual: u64,
+    since: Option<Nanos>,
     now: Nanos,
 ) {
     if actual > estimate {
         g.charge(def, actual - estimate, now);
     } else {
-        g.refund(def, estimate - actual, now);
+        g.refund(def, estimate - actual, since, now);
     }
 }
 

@@ -410,10 +410,12 @@ impl CellState {
         undone.into_iter().map(|e| e.seq).collect()
     }
 
-    /// Returns `cost` tokens at `now` (token reconciliation), never above capacity.
-    pub(crate) fn refund(&mut self, def: &QuotaDef, cost: u64, now: Nanos) {
+    /// Returns `cost` tokens at `now`, never above capacity: a token reconciliation
+    /// (`since: None`), or a charge made at `since` that is given back unused (less
+    /// the refill since then; see `Gcra::refund`).
+    pub(crate) fn refund(&mut self, def: &QuotaDef, cost: u64, since: Option<Nanos>, now: Nanos) {
         if let (Kind::Bucket(g), Limiter::Bucket(tat)) = (&def.kind, &mut self.limiter) {
-            *tat = g.refund(*tat, cost, now);
+            *tat = g.refund(*tat, cost, since, now);
         }
     }
 
@@ -428,7 +430,10 @@ impl CellState {
     /// Takes an admission of `cost` at `at` back out of a sliding log (a reserved call
     /// that never ran). Only while no reservation sits on the cell: removing an entry
     /// from the middle would shift the snapshots of later reservations.
-    pub(crate) fn unrecord(&mut self, def: &QuotaDef, at: Nanos, cost: u64) {
+    pub(crate) fn unrecord(&mut self, def: &QuotaDef, at: Nanos, cost: u64, now: Nanos) {
+        // Reservations already due are settled first, so that the answer depends on
+        // the future reservations only, not on when the cell was last looked at.
+        self.settle(def, now);
         if self.pending.as_ref().is_some_and(|p| !p.entries.is_empty()) {
             return;
         }

@@ -1,6 +1,7 @@
 //! Property tests against simple reference models: random arrivals, costs, pools,
-//! completions and cancellations never over-admit in any window; waiters are admitted
-//! in FIFO order; a cancelled waiter is invisible to everyone else.
+//! reservations, completions and cancellations never over-admit in any window;
+//! waiters are admitted in FIFO order; a cancelled waiter is invisible to everyone
+//! else; an unused part of a reservation, given back, counts as never admitted.
 
 #![allow(clippy::unwrap_used)]
 
@@ -57,6 +58,10 @@ enum Op {
     },
     Complete(usize),
     Cancel(usize),
+    /// An all-or-nothing reservation of one call per listed tool.
+    Reserve(Vec<usize>),
+    /// Gives back an unused part of a reservation (`Permit::cancel`).
+    Unreserve(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -66,6 +71,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..2usize, 0..40u64).prop_map(|(tool, tokens)| Op::Wait { tool, tokens }),
         2 => any::<usize>().prop_map(Op::Complete),
         2 => any::<usize>().prop_map(Op::Cancel),
+        2 => prop::collection::vec(0..3usize, 1..4).prop_map(Op::Reserve),
+        2 => any::<usize>().prop_map(Op::Unreserve),
     ]
 }
 
@@ -79,6 +86,8 @@ struct Admission {
     at: u64,
     count: u64,
     tokens: u64,
+    /// Given back unused (a reservation's part): the models count it as never made.
+    cancelled: bool,
 }
 
 /// Something that happened, in order.
@@ -109,6 +118,8 @@ struct Run {
     admissions: Vec<Admission>,
     events: Vec<Event>,
     permits: Vec<(usize, Permit)>,
+    /// The held parts of reservations, by admission id.
+    reserved: Vec<(usize, Permit)>,
     /// Outcome of each call by the index of the op that made it.
     told: BTreeMap<usize, Told>,
     /// Admission times of waiters per tool, in arrival order.
@@ -170,6 +181,27 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                     r.events.push(Event::Released { id });
                 }
             }
+            Op::Reserve(ref tools) => {
+                let calls: Vec<Call<'_>> = tools.iter().map(|&t| Call::new(TOOLS[t])).collect();
+                match engine.try_admit_all(&calls) {
+                    Ok(permits) => {
+                        for (&tool, p) in tools.iter().zip(permits) {
+                            r.told.insert(i, Told::Admitted(p.admitted_at()));
+                            let id = r.admit(tool, p.admitted_at(), 1, 0);
+                            r.reserved.push((id, p));
+                        }
+                    }
+                    Err(rej) => r.record(i, 0, 1, 0, Err(rej)),
+                }
+            }
+            Op::Unreserve(k) => {
+                if !r.reserved.is_empty() {
+                    let (id, p) = r.reserved.remove(k % r.reserved.len());
+                    p.cancel();
+                    r.admissions[id].cancelled = true;
+                    r.events.push(Event::Released { id });
+                }
+            }
             Op::Cancel(usize::MAX) => {
                 if let Some(w) = waiters
                     .last_mut()
@@ -217,15 +249,8 @@ impl Run {
     ) {
         match res {
             Ok(p) => {
-                let id = self.admissions.len();
                 self.told.insert(op, Told::Admitted(p.admitted_at()));
-                self.admissions.push(Admission {
-                    tool,
-                    at: p.admitted_at(),
-                    count,
-                    tokens,
-                });
-                self.events.push(Event::Admitted { id });
+                let id = self.admit(tool, p.admitted_at(), count, tokens);
                 self.permits.push((id, p));
             }
             Err(rej) => {
@@ -239,6 +264,20 @@ impl Run {
                 );
             }
         }
+    }
+
+    /// Records an admission; its id.
+    fn admit(&mut self, tool: usize, at: u64, count: u64, tokens: u64) -> usize {
+        let id = self.admissions.len();
+        self.admissions.push(Admission {
+            tool,
+            at,
+            count,
+            tokens,
+            cancelled: false,
+        });
+        self.events.push(Event::Admitted { id });
+        id
     }
 
     fn poll_waiters(&mut self, waiters: &mut [Waiter]) {
@@ -316,7 +355,7 @@ fn concurrency_conforms(r: &Run, tools: &[usize], limit: usize) -> Result<(), St
 fn of(r: &Run, tools: &[usize], cost: impl Fn(&Admission) -> u64) -> Vec<(u64, u64)> {
     r.admissions
         .iter()
-        .filter(|a| tools.contains(&a.tool))
+        .filter(|a| tools.contains(&a.tool) && !a.cancelled)
         .map(|a| (a.at, cost(a)))
         .collect()
 }

@@ -173,6 +173,27 @@ pub async fn an_unused_reservation_gives_its_charges_back<F: Factory>(f: &F) {
     drop((again, parts));
 }
 
+/// A part given back later does not refund the refill its bucket would have wasted
+/// while full: the result is exactly "as if never reserved".
+pub async fn a_late_give_back_never_refunds_wasted_refill<F: Factory>(f: &F) {
+    let b = f.make("[tools.t]\nrate = \"2/s\"\nburst = 2").await;
+    let t = Call::new("t");
+    // Reserved from a full bucket at 0; another call at 1 ms; the part given back then.
+    let mut part = b.try_admit_all(&[t]).await.expect("fits");
+    b.clock().advance(MS);
+    let first = b.try_admit(&t).await.expect("the second token");
+    b.cancel(part.pop().expect("one part")).await;
+    let second = b.try_admit(&t).await.expect("the part's token came back");
+    // Had the part never been reserved, the bucket was full until 1 ms: two calls at
+    // 1 ms leave the next token at 501 ms, not at 500 ms.
+    let no = b.try_admit(&t).await.expect_err("empty");
+    assert_eq!(
+        why(&no),
+        (Reason::RateLimited, "tools.t.rate", Some(500 * MS))
+    );
+    drop((first, second));
+}
+
 /// A tool draws from its own quotas and its pools'; the pool names itself.
 pub async fn pools_are_shared<F: Factory>(f: &F) {
     let b = f
@@ -434,6 +455,7 @@ macro_rules! semantic_suite {
             waiters_sleep_until_their_reserved_time,
             a_cancelled_waiter_gives_its_time_back,
             an_unused_reservation_gives_its_charges_back,
+            a_late_give_back_never_refunds_wasted_refill,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -462,4 +484,5 @@ pub async fn all<F: Factory>(f: &F) {
     waiters_sleep_until_their_reserved_time(f).await;
     a_cancelled_waiter_gives_its_time_back(f).await;
     an_unused_reservation_gives_its_charges_back(f).await;
+    a_late_give_back_never_refunds_wasted_refill(f).await;
 }

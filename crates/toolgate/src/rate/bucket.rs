@@ -95,8 +95,18 @@ impl Gcra {
     }
 
     /// The state after returning `cost` tokens at `now`, never above a full bucket.
-    pub(crate) fn refund(&self, tat: Tat, cost: u64, now: Nanos) -> Tat {
-        let lowered = tat.get().saturating_sub(self.units(cost));
+    ///
+    /// With `since`, the time the tokens were charged, the refund is less the refill
+    /// that time has brought: had they never been charged, the bucket may have been
+    /// full in between and wasted that refill, so a whole refund could leave it fuller
+    /// than the history without the charge (this is how an unused reservation is
+    /// given back without ever over-admitting).
+    pub(crate) fn refund(&self, tat: Tat, cost: u64, since: Option<Nanos>, now: Nanos) -> Tat {
+        let mut units = self.units(cost);
+        if let Some(since) = since {
+            units = units.saturating_sub(self.scale(now).saturating_sub(self.scale(since)));
+        }
+        let lowered = tat.get().saturating_sub(units);
         Tat::from_u128(lowered.max(self.scale(now)))
     }
 
@@ -179,7 +189,7 @@ mod tests {
         let g = Gcra::new(10, S, 10);
         let tat = g.charge(g.full(0), 3, 0);
         assert_eq!(g.available(tat, 0), 7);
-        let back = g.refund(tat, 100, 0);
+        let back = g.refund(tat, 100, None, 0);
         assert_eq!(g.available(back, 0), 10);
         assert!(g.is_idle(back, 0));
     }
