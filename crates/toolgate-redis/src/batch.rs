@@ -85,6 +85,10 @@ impl Inner {
                             delta: -i128::from(s.cost),
                             at: -1,
                             since: at,
+                            // Each part keeps back the whole refill since the
+                            // charge: never fuller, at the price of refunding less
+                            // when several parts of one charge come back late.
+                            charged: s.cost,
                         });
                     }
                     Params::Bucket { .. } => {}

@@ -200,6 +200,7 @@ impl Inner {
                         delta: -i128::from(left),
                         at: -1,
                         since: -1,
+                        charged: 0,
                     }),
                     _ => None,
                 })

@@ -37,14 +37,16 @@ pub(crate) enum Op {
     },
     /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket; `at >= 0` also
     /// clears its last-reserved mark if it is `at`. `since >= 0`: the refund gives back
-    /// a charge made at `since` (Redis µs) that was never used, less the refill since
-    /// then, so that the bucket never ends up fuller than without the charge.
+    /// part of a charge of `charged` tokens made at `since` (Redis µs) that was never
+    /// used, less its share of the refill since then, so that the bucket never ends
+    /// up fuller than without the charge.
     Bucket {
         key: String,
         params: [u64; 3],
         delta: i128,
         at: i64,
         since: i64,
+        charged: u64,
     },
 }
 
@@ -220,6 +222,7 @@ fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
         delta,
         at: -1,
         since: -1,
+        charged: 0,
     })
 }
 

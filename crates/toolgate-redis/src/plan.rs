@@ -75,6 +75,7 @@ pub(crate) fn reservation_ops(steps: &[Step], id: &Arc<str>, at: i64, shadow_ok:
                 delta: -i128::from(s.cost),
                 at,
                 since: at,
+                charged: s.cost,
             },
             _ => Op::Members {
                 key: s.key.clone(),

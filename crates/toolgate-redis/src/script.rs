@@ -87,6 +87,7 @@ impl Inner {
                         .arg(*to)
                         .arg(0)
                         .arg(0)
+                        .arg(0)
                         .arg(0);
                 }
                 Op::Bucket {
@@ -95,6 +96,7 @@ impl Inner {
                     delta,
                     at,
                     since,
+                    charged,
                 } => {
                     let [pq, pr, den] = *params;
                     inv.key(key)
@@ -104,7 +106,8 @@ impl Inner {
                         .arg(den)
                         .arg(delta.to_string())
                         .arg(*at)
-                        .arg(*since);
+                        .arg(*since)
+                        .arg(*charged);
                 }
             }
         }

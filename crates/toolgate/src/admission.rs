@@ -88,6 +88,7 @@ impl Step<'_> {
             quota: self.quota.clone(),
             cell: self.cell.get().clone(),
             cost: self.cost,
+            kept: None,
         }
     }
 }

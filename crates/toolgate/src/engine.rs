@@ -440,6 +440,11 @@ impl Engine {
             charge(&merged, &mut guards, now, true, &mut scratch);
         }
         drop(guards);
+        let kept: Vec<(Arc<crate::quota::Cell>, Arc<Mutex<u128>>)> = merged
+            .iter()
+            .filter(|s| matches!(s.quota.def.kind, crate::quota::Kind::Bucket(_)))
+            .map(|s| (s.cell.get().clone(), Arc::new(Mutex::new(0))))
+            .collect();
         let mut permits = Vec::with_capacity(calls.len());
         for ((call, tool), plan) in calls.iter().zip(&tools).zip(&plans) {
             let Some(tool) = tool else {
@@ -454,7 +459,16 @@ impl Engine {
                     (s.cost > 0 || s.quota.def.cost_of == crate::quota::CostOf::Tokens)
                         && (!s.quota.def.shadow || shadow_ok)
                 })
-                .map(Step::held)
+                .map(|s| {
+                    // The cell was charged once for every call of the plan on it:
+                    // its parts share what a give-back keeps back.
+                    let mut h = s.held();
+                    h.kept = kept
+                        .iter()
+                        .find(|(c, _)| Arc::ptr_eq(c, s.cell.get()))
+                        .map(|(_, k)| k.clone());
+                    h
+                })
                 .collect();
             if !shadow_ok {
                 if let Some(s) = plan.iter().find(|s| s.quota.def.shadow) {

@@ -54,6 +54,11 @@ pub(crate) struct Held {
     pub(crate) quota: Arc<Quota>,
     pub(crate) cell: Arc<Cell>,
     pub(crate) cost: u64,
+    /// For the parts of one reservation charged together on a bucket: the refill
+    /// (in the bucket's units) that parts given back before have already kept back,
+    /// shared so that giving back every part keeps the refill back once (see
+    /// [`Permit::cancel`]). `None`: the part is the whole charge.
+    pub(crate) kept: Option<Arc<crate::sync::Mutex<u128>>>,
 }
 
 // === impl Permit ===
@@ -148,7 +153,13 @@ impl Permit {
         for h in std::mem::take(&mut self.held) {
             match h.quota.def.kind {
                 Kind::Concurrency(_) => h.cell.lock().release(h.cost),
-                Kind::Bucket(_) => core.reconcile(&h, 0, Some(self.admitted_at)),
+                Kind::Bucket(_) => {
+                    let kept = h
+                        .kept
+                        .clone()
+                        .unwrap_or_else(|| Arc::new(crate::sync::Mutex::new(0)));
+                    core.reconcile(&h, 0, Some((self.admitted_at, &kept)));
+                }
                 Kind::Sliding(_) => {
                     h.cell
                         .lock()

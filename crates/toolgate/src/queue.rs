@@ -263,7 +263,7 @@ impl Core {
     /// them (so they move up).
     /// Charges or refunds the difference between `h`'s cost and `actual`; `since`
     /// (when the cost was charged) marks a refund of a charge given back unused.
-    pub(crate) fn reconcile(&self, h: &Held, actual: u64, since: Option<Nanos>) {
+    pub(crate) fn reconcile(&self, h: &Held, actual: u64, since: Option<(Nanos, &Mutex<u128>)>) {
         let def = &h.quota.def;
         if actual == h.cost {
             return;
@@ -321,7 +321,7 @@ fn apply_difference(
     def: &crate::quota::QuotaDef,
     estimate: u64,
     actual: u64,
-    since: Option<Nanos>,
+    since: Option<(Nanos, &Mutex<u128>)>,
     now: Nanos,
 ) {
     if actual > estimate {

@@ -413,7 +413,13 @@ impl CellState {
     /// Returns `cost` tokens at `now`, never above capacity: a token reconciliation
     /// (`since: None`), or a charge made at `since` that is given back unused (less
     /// the refill since then; see `Gcra::refund`).
-    pub(crate) fn refund(&mut self, def: &QuotaDef, cost: u64, since: Option<Nanos>, now: Nanos) {
+    pub(crate) fn refund(
+        &mut self,
+        def: &QuotaDef,
+        cost: u64,
+        since: Option<(Nanos, &crate::sync::Mutex<u128>)>,
+        now: Nanos,
+    ) {
         if let (Kind::Bucket(g), Limiter::Bucket(tat)) = (&def.kind, &mut self.limiter) {
             *tat = g.refund(*tat, cost, since, now);
         }

@@ -4,22 +4,23 @@
 -- KEYS[i]   state key of operation i (i = 1..n), all in one hash slot
 -- ARGV[1]   now in µs, or "" to read TIME
 -- ARGV[2]   n, the number of operations (= #KEYS)
--- ARGV[3 + 7*(i-1) ...] for operation i, seven values:
---   "m", id, from, to, 0, 0, 0      remove members id:from .. id:to of a sorted set
+-- ARGV[3 + 8*(i-1) ...] for operation i, eight values:
+--   "m", id, from, to, 0, 0, 0, 0   remove members id:from .. id:to of a sorted set
 --                                   (concurrency leases, or a cancelled sliding entry)
---   "b", pq, pr, den, delta, at, since
+--   "b", pq, pr, den, delta, at, since, charged
 --                                   a bucket: charge delta > 0 tokens at now, or refund
 --                                   -delta tokens (never above full); at >= 0 also
 --                                   clears the last-reserved mark if it is `at` (a
 --                                   cancelled reservation); since >= 0: the refunded
---                                   tokens were charged at `since` and never used, so
---                                   the refill since then is kept back (the bucket
---                                   never ends up fuller than without the charge)
+--                                   tokens were part of a charge of `charged` tokens
+--                                   at `since`, never used, so their share of the
+--                                   refill since then is kept back (the bucket never
+--                                   ends up fuller than without the charge)
 -- Returns the number of operations applied.
 
 local n = tonumber(ARGV[2])
-assert(n and n >= 1 and #KEYS == n and #ARGV == 2 + 7 * n,
-  'release.lua: expected n >= 1 keys and 2 + 7n args')
+assert(n and n >= 1 and #KEYS == n and #ARGV == 2 + 8 * n,
+  'release.lua: expected n >= 1 keys and 2 + 8n args')
 
 local function fmt(x) return string.format('%.0f', x) end
 
@@ -30,7 +31,7 @@ if not now then
 end
 
 for i = 1, n do
-  local key, b = KEYS[i], 2 + 7 * (i - 1)
+  local key, b = KEYS[i], 2 + 8 * (i - 1)
   local op = ARGV[b + 1]
   if op == 'm' then
     local id, from, to = ARGV[b + 2], tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
@@ -46,6 +47,7 @@ for i = 1, n do
   elseif op == 'b' then
     local pq, pr, den = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
     local delta, at, since = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+    local charged = tonumber(ARGV[b + 8])
     local s = redis.call('HMGET', key, 't', 'k', 'r')
     local t, k, r = tonumber(s[1]) or now, tonumber(s[2]) or 0, tonumber(s[3]) or 0
     if k >= den then k = den - 1 end
@@ -53,7 +55,8 @@ for i = 1, n do
     local rem = cost * pr
     local cw, cr = cost * pq + math.floor(rem / den), rem % den
     if delta < 0 and since >= 0 and now > since then
-      cw = cw - (now - since)
+      -- this part's share of the refill since the charge, rounded up (whole µs)
+      cw = cw - math.ceil((now - since) * cost / math.max(charged, cost, 1))
       if cw < 0 then cw = 0; cr = 0 end
     end
     if delta > 0 then

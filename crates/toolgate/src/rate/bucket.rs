@@ -96,15 +96,27 @@ impl Gcra {
 
     /// The state after returning `cost` tokens at `now`, never above a full bucket.
     ///
-    /// With `since`, the time the tokens were charged, the refund is less the refill
-    /// that time has brought: had they never been charged, the bucket may have been
-    /// full in between and wasted that refill, so a whole refund could leave it fuller
-    /// than the history without the charge (this is how an unused reservation is
-    /// given back without ever over-admitting).
-    pub(crate) fn refund(&self, tat: Tat, cost: u64, since: Option<Nanos>, now: Nanos) -> Tat {
+    /// With `since = (at, kept)`, the tokens were charged at `at` and never used,
+    /// and the refund is less the refill since then: had they never been charged,
+    /// the bucket may have been full in between and wasted that refill, so a whole
+    /// refund could leave it fuller than the history without the charge (this is how
+    /// an unused reservation is given back without ever over-admitting). `kept` is
+    /// what earlier give-backs of the same charge kept back already, so that the
+    /// refill is kept back once across all of them.
+    pub(crate) fn refund(
+        &self,
+        tat: Tat,
+        cost: u64,
+        since: Option<(Nanos, &crate::sync::Mutex<u128>)>,
+        now: Nanos,
+    ) -> Tat {
         let mut units = self.units(cost);
-        if let Some(since) = since {
-            units = units.saturating_sub(self.scale(now).saturating_sub(self.scale(since)));
+        if let Some((at, kept)) = since {
+            let refill = self.scale(now).saturating_sub(self.scale(at));
+            let mut kept = kept.lock();
+            let owed = refill.saturating_sub(*kept).min(units);
+            *kept += owed;
+            units -= owed;
         }
         let lowered = tat.get().saturating_sub(units);
         Tat::from_u128(lowered.max(self.scale(now)))
@@ -182,6 +194,27 @@ mod tests {
         assert!(admit(&g, &mut tat, 1, 0).is_ok());
         assert_eq!(admit(&g, &mut tat, 1, 1), Err(week - 1));
         assert!(admit(&g, &mut tat, 1, week).is_ok());
+    }
+
+    #[test]
+    fn a_late_give_back_keeps_the_refill_back_once_across_the_parts_of_a_charge() {
+        const MS: u64 = S / 1000;
+        let g = Gcra::new(2, S, 2);
+        // Two tokens reserved together from a full bucket at 0.
+        let tat = g.charge(g.full(0), 2, 0);
+        let kept = crate::sync::Mutex::new(0);
+        // Given back one by one at 1 ms: the first keeps back the 1 ms of refill a
+        // full bucket would have wasted, the second none more.
+        let one = g.refund(tat, 1, Some((0, &kept)), MS);
+        assert_eq!(g.available(one, MS), 1);
+        let both = g.refund(one, 1, Some((0, &kept)), MS);
+        assert_eq!(g.available(both, MS), 2, "as if never reserved");
+        // A lone part given back at 1 ms keeps the refill back: one more token comes
+        // at 501 ms, as if the part had never been taken (not at 500 ms).
+        let tat = g.charge(g.charge(g.full(0), 1, 0), 1, MS);
+        let back = g.refund(tat, 1, Some((0, &crate::sync::Mutex::new(0))), MS);
+        let after = g.charge(back, 1, MS);
+        assert_eq!(g.earliest(after, 1, MS), 501 * MS);
     }
 
     #[test]
