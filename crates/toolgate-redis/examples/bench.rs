@@ -26,6 +26,9 @@ struct Args {
     /// Admit through a `toolgate::Engine` on the Redis store (what the gateway and
     /// the Python package run) instead of the `RedisGate` itself.
     engine: bool,
+    /// Runtime worker threads (default 2; the 4-process setup uses 1 each, so that
+    /// 4 clients and Redis are not 9 threads on a 2-core machine).
+    threads: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -38,6 +41,7 @@ fn args() -> Result<Args, String> {
         latencies: None,
         grant: 0,
         engine: false,
+        threads: 2,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,6 +58,9 @@ fn args() -> Result<Args, String> {
             "--latencies" => a.latencies = Some(value()?),
             "--grant" => a.grant = num(value()?)?,
             "--engine" => a.engine = true,
+            "--threads" => {
+                a.threads = usize::try_from(num(value()?)?).map_err(|e| e.to_string())?;
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -69,7 +76,7 @@ fn unix_ms() -> u64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = args()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(a.threads.max(1))
         .enable_all()
         .build()?;
     rt.block_on(run(a))

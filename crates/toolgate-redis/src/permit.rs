@@ -92,15 +92,17 @@ pub(crate) enum Held {
 
 impl RedisPermit {
     pub(crate) fn new(tool: Option<Arc<str>>, held: Held, waited: Duration) -> Self {
-        if let Some(t) = &tool {
-            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).increment(1.0);
+        // Inside an engine, the engine counts the call in flight itself.
+        let metered = !matches!(&held, Held::Remote { gate, .. } if gate.embedded);
+        if let Some(t) = tool.as_ref().filter(|_| metered) {
+            metrics::gauge!("toolgate_in_flight", "tool" => t.clone()).increment(1.0);
         }
         Self {
             tool,
             held,
             waited,
             done: false,
-            metered: true,
+            metered,
         }
     }
 
@@ -113,7 +115,7 @@ impl RedisPermit {
 
     pub(crate) fn with_waited(mut self, waited: Duration, meter: bool) -> Self {
         if let Some(t) = self.tool.as_ref().filter(|_| meter) {
-            metrics::histogram!("toolgate_wait_seconds", "tool" => t.to_string())
+            metrics::histogram!("toolgate_wait_seconds", "tool" => t.clone())
                 .record(waited.as_secs_f64());
         }
         self.waited = waited;
@@ -209,7 +211,7 @@ impl RedisPermit {
     /// The call is no longer in flight.
     fn leave(&self) {
         if let Some(t) = self.tool.as_ref().filter(|_| self.metered) {
-            metrics::gauge!("toolgate_in_flight", "tool" => t.to_string()).decrement(1.0);
+            metrics::gauge!("toolgate_in_flight", "tool" => t.clone()).decrement(1.0);
         }
     }
 }
