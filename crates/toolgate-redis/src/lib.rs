@@ -29,6 +29,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Most users want a [`toolgate::Engine`] whose quotas live in Redis instead:
+//! [`engine`] (or [`Builder::engine`]) builds one on a [`RedisStore`], the core's
+//! [`toolgate::store::QuotaStore`] seam; it is what `toolgate serve --store redis://…`
+//! and the Python package's `store="redis://…"` run.
+//!
 //! `docs/redis.md` in the repository describes the key layout, the script, Redis
 //! Cluster, failure modes and what is (and is not) guaranteed across processes.
 
