@@ -154,3 +154,32 @@ def test_the_middleware_fails_closed_with_middleware_failure_when_redis_is_unrea
     with pytest.raises(MiddlewareFailure, match="quota store"):
         asyncio.run(policy.process(context, call_next))  # type: ignore[arg-type]
     assert ran == [] and context.result is None
+
+
+def test_a_waiter_cancelled_on_redis_gives_its_reserved_time_back(redis_url: str) -> None:
+    policy = ToolRateLimitPolicy(
+        limits={"t": RateLimit(requests=1, per_seconds=1.0, burst=1)},
+        on_limit="wait",
+        max_wait=3.0,
+        store=f"{redis_url}/0",
+    )
+
+    async def scenario() -> tuple[bool, object]:
+        first = await policy.decide("t")
+        assert isinstance(first, Permit)
+        first.complete("success")
+        # The next token is a second away: this waiter reserves it, then is cancelled.
+        waiter = asyncio.ensure_future(policy.decide("t"))
+        await asyncio.sleep(0.2)
+        cancelled = waiter.cancel()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            pass
+        # Past the reserved time the token is free, as if the waiter never came.
+        await asyncio.sleep(1.0)
+        return cancelled, policy.try_admit("t")
+
+    cancelled, after = asyncio.run(scenario())
+    assert cancelled
+    assert isinstance(after, Permit), after
