@@ -125,6 +125,28 @@ impl RedisStore {
         }
     }
 
+    /// Runs an admission on the store's runtime, for a caller on another executor
+    /// (Python's asyncio): Redis I/O needs Tokio's reactor. Dropping the returned
+    /// future aborts the task, as dropping the admission in place would.
+    async fn on_runtime<T: Send + 'static>(
+        &self,
+        tool: &str,
+        admission: impl Future<Output = Result<T, Rejection>> + Send + 'static,
+    ) -> Result<T, Rejection> {
+        match AbortOnDrop(self.handle.spawn(admission)).await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::error!(error = %e, "redis admission task failed");
+                Err(Rejection::new(
+                    tool,
+                    "store",
+                    toolgate::Reason::CircuitOpen,
+                    None,
+                ))
+            }
+        }
+    }
+
     fn lease(&self, permit: RedisPermit) -> Box<dyn StoreLease> {
         Box::new(Lease {
             permit: permit.unmetered(),
@@ -148,22 +170,11 @@ impl QuotaStore for RedisStore {
             let permit = if tokio::runtime::Handle::try_current().is_ok() {
                 admit(&gate, &call, wait).await
             } else {
-                // Another executor (Python's asyncio): Redis I/O needs Tokio's
-                // reactor, so the admission runs on the store's runtime.
                 let owned = OwnedCall::of(&call);
-                let task = self
-                    .handle
-                    .spawn(async move { admit(&gate, &owned.call(), wait).await });
-                match AbortOnDrop(task).await {
-                    Ok(result) => result,
-                    Err(e) => Err(Rejection::new(
-                        call.tool_name(),
-                        "store",
-                        toolgate::Reason::CircuitOpen,
-                        None,
-                    ))
-                    .inspect_err(|_| tracing::error!(error = %e, "redis admission task failed")),
-                }
+                self.on_runtime(call.tool_name(), async move {
+                    admit(&gate, &owned.call(), wait).await
+                })
+                .await
             };
             permit.map(|p| self.lease(p))
         })
@@ -179,19 +190,12 @@ impl QuotaStore for RedisStore {
                 gate.try_admit_all(calls).await
             } else {
                 let owned: Vec<OwnedCall> = calls.iter().map(OwnedCall::of).collect();
-                let task = self.handle.spawn(async move {
+                let tool = calls.first().map_or("", |c| c.tool_name());
+                self.on_runtime(tool, async move {
                     let calls: Vec<Call<'_>> = owned.iter().map(OwnedCall::call).collect();
                     gate.try_admit_all(&calls).await
-                });
-                match AbortOnDrop(task).await {
-                    Ok(result) => result,
-                    Err(_) => Err(Rejection::new(
-                        calls.first().map_or("", |c| c.tool_name()),
-                        "store",
-                        toolgate::Reason::CircuitOpen,
-                        None,
-                    )),
-                }
+                })
+                .await
             };
             permits.map(|ps| ps.into_iter().map(|p| self.lease(p)).collect())
         })

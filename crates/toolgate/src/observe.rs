@@ -183,23 +183,8 @@ impl ToolStats {
         if self.spread_until.load(Ordering::Acquire) <= now {
             return Ok(None);
         }
-        let every = self.spread_every.load(Ordering::Acquire);
-        let mut next = self.spread_next.load(Ordering::Acquire);
-        loop {
-            if next > now {
-                return Err(next);
-            }
-            let new = now.saturating_add(every);
-            match self.spread_next.compare_exchange_weak(
-                next,
-                new,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(Some((next, new))),
-                Err(cur) => next = cur,
-            }
-        }
+        self.claim_slot(now, now)
+            .map(|(_, old, new)| Some((old, new)))
     }
 
     /// Gives a claimed slot back (the call was then refused by a quota).
@@ -217,20 +202,29 @@ impl ToolStats {
         if self.spread_until.load(Ordering::Acquire) <= at {
             return at;
         }
+        match self.claim_slot(at, deadline) {
+            Ok((t, _, _)) | Err(t) => t,
+        }
+    }
+
+    /// Claims the first slot at or after `at` unless it lies beyond `deadline`:
+    /// `Ok((slot, next before, next after))`, or `Err(slot)` unclaimed.
+    fn claim_slot(&self, at: u64, deadline: u64) -> Result<(u64, u64, u64), u64> {
         let every = self.spread_every.load(Ordering::Acquire);
         let mut next = self.spread_next.load(Ordering::Acquire);
         loop {
             let t = next.max(at);
             if t > deadline {
-                return t;
+                return Err(t);
             }
+            let new = t.saturating_add(every);
             match self.spread_next.compare_exchange_weak(
                 next,
-                t.saturating_add(every),
+                new,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return t,
+                Ok(_) => return Ok((t, next, new)),
                 Err(cur) => next = cur,
             }
         }

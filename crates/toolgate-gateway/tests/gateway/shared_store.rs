@@ -180,11 +180,10 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
     let results = futures_join_all(calls).await;
     let admitted = results.iter().filter(|(s, _)| *s == 200).count();
     assert_eq!(admitted, 5, "{results:?}");
-    let (status, no) = results
+    let (_, no) = results
         .iter()
         .find(|(s, _)| *s == 429)
         .expect("a rejection");
-    assert_eq!(*status, 429);
     assert_eq!(no["quota"], "tools.lookup_customer.rate");
     assert_eq!(no["reason"], "rate_limited");
     assert!(
