@@ -1,11 +1,12 @@
 //! Read-only snapshots of live state, for dashboards and state endpoints.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::config::{Mode, OnLimit};
 use crate::engine::Engine;
 use crate::policy::ToolRuntime;
-use crate::quota::{CostOf, Kind, Slot};
+use crate::quota::{Cell, CostOf, Kind, Quota, Slot};
 
 /// The live state of one tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,13 +79,9 @@ impl Engine {
             .iter()
             .find(|q| &*q.def.path == quota)?;
         let now = self.clock().now();
-        let cell = match &q.slot {
-            Slot::Single(c) => c.clone(),
-            Slot::Partitioned(p) => match tenant.and_then(|k| p.peek(k)) {
-                Some(c) => c,
-                // An unseen tenant has a fresh, full partition.
-                None => return tenant.map(|_| q.def.capacity()),
-            },
+        let Some(cell) = cell_of(q, tenant) else {
+            // An unseen tenant has a fresh, full partition.
+            return tenant.map(|_| q.def.capacity());
         };
         let mut g = cell.lock();
         g.settle(&q.def, now);
@@ -131,10 +128,11 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
                 (Kind::Sliding(_), _) => "sliding",
                 _ => "rate",
             };
-            let (cell, partitions) = match &q.slot {
-                Slot::Single(c) => (Some(c.clone()), None),
-                Slot::Partitioned(p) => (tenant.and_then(|k| p.peek(k)), Some(p.len())),
+            let partitions = match &q.slot {
+                Slot::Single(_) => None,
+                Slot::Partitioned(p) => Some(p.len()),
             };
+            let cell = cell_of(q, tenant);
             let (available, waiters, capacity) = match &cell {
                 Some(c) => {
                     let mut g = c.lock();
@@ -175,5 +173,14 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
         shadow_rejected: t.stats.shadow_rejected.load(Ordering::Relaxed),
         circuit: t.breaker.as_ref().map(|b| b.state()),
         adaptive_limit: t.adaptive.as_ref().map(|(a, _)| a.limit()),
+    }
+}
+
+/// The cell of `q` that `tenant`'s calls use, if it exists yet (a partition is
+/// created by the tenant's first call).
+fn cell_of(q: &Quota, tenant: Option<&str>) -> Option<Arc<Cell>> {
+    match &q.slot {
+        Slot::Single(c) => Some(c.clone()),
+        Slot::Partitioned(p) => tenant.and_then(|k| p.peek(k)),
     }
 }
