@@ -149,7 +149,9 @@ async def test_unconfigured_tools_behave_as_without_the_middleware() -> None:
     assert not any("rejected_by" in str(r.result) for r in results_of(client.requests[1]))
 
 
-async def test_wait_mode_waits_on_the_loop_and_runs_every_call() -> None:
+def start_waiting_lookups() -> tuple[ManualClock, ToolRateLimitPolicy, Tools, asyncio.Task[Any]]:
+    """An agent whose one response asks for 5 lookups, on a 2/s burst-2 wait-mode
+    policy with a manual clock: two run at once, three wait."""
     clock = ManualClock()
     policy = ToolRateLimitPolicy(
         limits={"lookup_customer": RateLimit(2, 1.0, burst=2)}, on_limit="wait", max_wait=5.0, clock=clock
@@ -159,7 +161,11 @@ async def test_wait_mode_waits_on_the_loop_and_runs_every_call() -> None:
     calls = [c for c in function_calls() if c.name == "lookup_customer"]
     client = ScriptedChatClient([calls, [Content.from_text("ok")]])
     agent = Agent(client=client, tools=tools.as_tools(), middleware=[policy])
-    run = asyncio.create_task(agent.run("go"))
+    return clock, policy, tools, asyncio.create_task(agent.run("go"))
+
+
+async def test_wait_mode_waits_on_the_loop_and_runs_every_call() -> None:
+    clock, policy, tools, run = start_waiting_lookups()
     for _ in range(50):
         await asyncio.sleep(0.002)
         if tools.ran["lookup_customer"] == 2:
@@ -171,16 +177,7 @@ async def test_wait_mode_waits_on_the_loop_and_runs_every_call() -> None:
 
 
 async def test_cancelling_the_run_mid_wait_leaves_the_accounting_intact() -> None:
-    clock = ManualClock()
-    policy = ToolRateLimitPolicy(
-        limits={"lookup_customer": RateLimit(2, 1.0, burst=2)}, on_limit="wait", max_wait=5.0, clock=clock
-    )
-    tools = Tools()
-    tools.all_started.set()
-    calls = [c for c in function_calls() if c.name == "lookup_customer"]
-    client = ScriptedChatClient([calls, [Content.from_text("ok")]])
-    agent = Agent(client=client, tools=tools.as_tools(), middleware=[policy])
-    run = asyncio.create_task(agent.run("go"))
+    clock, policy, tools, run = start_waiting_lookups()
     for _ in range(100):
         await asyncio.sleep(0.002)
         state = policy.state("lookup_customer")
