@@ -42,8 +42,20 @@ pub(crate) fn bench(c: &mut Criterion) {
     let e = engine(OPEN_BUCKET);
     let handle = e.tool("t");
     g.bench_function(BenchmarkId::new("admit+complete", TOOLGATE), |b| {
-        b.iter_custom(|iters| hammer(iters, &|| drop(handle.try_admit(&Call::new("t")).unwrap())));
+        b.iter_custom(|iters| {
+            hammer(iters, &|| {
+                drop(handle.try_admit_scoped(&Call::new("t")).unwrap());
+            })
+        });
     });
+    g.bench_function(
+        BenchmarkId::new("admit+complete_owned_permit", TOOLGATE),
+        |b| {
+            b.iter_custom(|iters| {
+                hammer(iters, &|| drop(handle.try_admit(&Call::new("t")).unwrap()))
+            });
+        },
+    );
     let gov = governor_direct();
     g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
         b.iter_custom(|iters| hammer(iters, &|| gov.check().unwrap()));

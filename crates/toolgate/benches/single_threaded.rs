@@ -1,4 +1,6 @@
 //! One bucket quota, one thread: admit + complete against governor's check.
+//! `admit+complete` uses the borrowed permit (`ToolHandle::try_admit_scoped`), the
+//! `_owned_permit` variant the owned one, `_by_name` the lookup by name.
 
 use criterion::{BenchmarkId, Criterion};
 use toolgate::Call;
@@ -11,8 +13,20 @@ pub(crate) fn bench(c: &mut Criterion) {
     let call = Call::new("t");
     let handle = e.tool("t");
     g.bench_function(BenchmarkId::new("admit+complete", TOOLGATE), |b| {
-        b.iter(|| drop(handle.try_admit(std::hint::black_box(&call)).unwrap()));
+        b.iter(|| {
+            drop(
+                handle
+                    .try_admit_scoped(std::hint::black_box(&call))
+                    .unwrap(),
+            )
+        });
     });
+    g.bench_function(
+        BenchmarkId::new("admit+complete_owned_permit", TOOLGATE),
+        |b| {
+            b.iter(|| drop(handle.try_admit(std::hint::black_box(&call)).unwrap()));
+        },
+    );
     g.bench_function(BenchmarkId::new("admit+complete_by_name", TOOLGATE), |b| {
         b.iter(|| drop(e.try_admit(std::hint::black_box(&call)).unwrap()));
     });

@@ -12,11 +12,10 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
-use crate::decision::{Call, Reason, Rejection};
+use crate::decision::{Call, Completion, Reason, Rejection};
 use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, CellState, CostOf, Fit, Kind, Quota, Slot};
-use crate::sync::MutexGuard;
+use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, Quota, Slot};
 
 /// A cell, borrowed from the policy or owned (a tenant partition).
 #[derive(Debug)]
@@ -37,7 +36,7 @@ pub(crate) struct Step<'a> {
 }
 
 pub(crate) type Plan<'a> = SmallVec<[Step<'a>; 4]>;
-pub(crate) type Guards<'a> = SmallVec<[MutexGuard<'a, CellState>; 4]>;
+pub(crate) type Guards<'a> = SmallVec<[CellGuard<'a>; 4]>;
 
 /// What the quotas of a call said, under their locks.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +100,7 @@ pub(crate) fn lock_all<'a>(plan: &'a [Step<'_>]) -> Guards<'a> {
 /// Checks the steps of one mode (enforced or shadow) at `now`.
 pub(crate) fn evaluate(
     plan: &[Step<'_>],
-    guards: &mut [MutexGuard<'_, CellState>],
+    guards: &mut [CellGuard<'_>],
     now: Nanos,
     shadow: bool,
 ) -> Verdict {
@@ -163,7 +162,7 @@ impl Verdict {
 /// Charges the steps of one mode at `at`, collecting what the permit must keep.
 pub(crate) fn charge(
     plan: &[Step<'_>],
-    guards: &mut [MutexGuard<'_, CellState>],
+    guards: &mut [CellGuard<'_>],
     at: Nanos,
     shadow: bool,
     held: &mut Held2,
@@ -319,10 +318,64 @@ impl ToolRuntime {
 
     /// Counts an admission, unless a shared store still has to decide (the engine
     /// counts it when the store has said yes).
+    #[inline]
     pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
         if self.core.store.is_none() {
             self.stats.on_admit(waited, tenant);
         }
+    }
+
+    /// Records how an admitted call ended (`None`: dropped without an outcome) and
+    /// counts it out; what the permit held is released by then.
+    #[inline]
+    pub(crate) fn end_call(&self, completion: Option<Completion>, probe: bool) {
+        match completion {
+            // Dropped without an outcome: nothing to record.
+            None if !probe => self.stats.on_finish(None),
+            _ => self.end_call_with(completion, probe),
+        }
+    }
+
+    #[inline(never)]
+    fn end_call_with(&self, completion: Option<Completion>, probe: bool) {
+        let Some(c) = completion else {
+            // Dropped without an outcome: a probe slot to free.
+            if probe {
+                self.cancel_probe();
+            }
+            self.stats.on_finish(None);
+            return;
+        };
+        let core = &self.core;
+        if let Some(s) = c.server_limit {
+            self.stats.server_limit(core.clock.now(), s);
+        }
+        if let Some(after) = c.retry_after {
+            let now = core.clock.now();
+            self.stats
+                .pause_until(now, now.saturating_add(crate::clock::nanos(after)));
+        }
+        if let Some((a, quota)) = &self.adaptive {
+            if let Some(limit) = a.record(c.outcome, c.latency) {
+                crate::adaptive::apply_limit(quota, limit);
+            }
+        }
+        if let Some(b) = &self.breaker {
+            b.record(c.outcome, c.latency, probe, core.clock.now());
+        }
+        self.stats.on_finish(Some(c.outcome));
+    }
+
+    /// Admits `call` by the fast path alone, when nothing else has a say: no
+    /// breaker, no upstream pause or spreading, and a bucket that admits now.
+    /// `false` leaves the decision to the general path.
+    #[inline]
+    pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
+        if self.breaker.is_some() || !self.stats.unshaped(now) || !self.try_fast(call, now) {
+            return false;
+        }
+        self.stats.on_admit_now(call.tenant);
+        true
     }
 
     /// Gives back a half-open probe slot whose call never ran.
@@ -365,27 +418,15 @@ impl ToolRuntime {
     }
 
     /// The fast path of a tool governed by exactly one unpartitioned, enforced
-    /// request bucket (the common case): one lock, no plan. Returns false whenever the
-    /// general path must decide (including every rejection).
+    /// request bucket (the common case): one compare-and-swap, no lock, no plan.
+    /// Returns false whenever the general path must decide (including every
+    /// rejection, and while waiters hold reservations on the bucket).
+    #[inline]
     fn try_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        let Some((cell, g)) = self.fast.as_ref() else {
-            return false;
-        };
-        if call.count > g.burst() {
-            return false;
-        }
-        let mut st = cell.lock();
-        if st.pending.is_some() {
-            return false;
-        }
-        let crate::quota::Limiter::Bucket(tat) = &mut st.limiter else {
-            return false;
-        };
-        if g.earliest(*tat, call.count, now) > now {
-            return false;
-        }
-        *tat = g.charge(*tat, call.count, now);
-        true
+        self.fast
+            .as_deref()
+            .and_then(Cell::fast)
+            .is_some_and(|f| f.try_charge(call.count, now))
     }
 
     /// Computes the decision of the shadow quotas: charges them if they would admit,
@@ -393,7 +434,7 @@ impl ToolRuntime {
     pub(crate) fn shadow_pass(
         &self,
         plan: &[Step<'_>],
-        guards: &mut [MutexGuard<'_, CellState>],
+        guards: &mut [CellGuard<'_>],
         now: Nanos,
         tenant: Option<&str>,
         held: &mut Held2,

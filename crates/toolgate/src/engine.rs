@@ -10,7 +10,7 @@ use crate::admission::{charge, evaluate, CellRef, Step};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{OnLimit, UnknownTools};
 use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
-use crate::permit::{Held2, Permit};
+use crate::permit::{Held2, Permit, ScopedPermit};
 use crate::policy::{Compiled, Policy, ToolRuntime};
 use crate::queue::Scheduler;
 use crate::store::QuotaStore;
@@ -87,6 +87,8 @@ pub struct ToolHandle {
 #[derive(Debug)]
 pub(crate) struct Core {
     pub(crate) clock: Arc<dyn Clock>,
+    /// `clock`, read without a virtual call when it is one of toolgate's own.
+    pub(crate) now: crate::clock::NowSource,
     pub(crate) sched: Mutex<Scheduler>,
     /// The shared store of the quotas, or `None` for this process's memory.
     pub(crate) store: Option<Arc<dyn QuotaStore>>,
@@ -136,6 +138,7 @@ impl Engine {
 
     fn build(policy: Policy, clock: Arc<dyn Clock>, store: Option<Arc<dyn QuotaStore>>) -> Self {
         let core = Arc::new(Core {
+            now: crate::clock::NowSource::of(&*clock),
             clock,
             sched: Mutex::new(Scheduler::default()),
             store,
@@ -180,7 +183,7 @@ impl Engine {
         if self.inner.core.store.is_some() {
             return Err(self.needs_async(tool, call));
         }
-        let now = self.inner.core.clock.now();
+        let now = self.inner.core.now();
         tool.try_admit(call, now).map_err(|d| {
             tool.stats.on_reject(&d.rejection, call.tenant);
             d.rejection
@@ -619,7 +622,7 @@ impl ToolHandle {
                 if inner.core.store.is_some() {
                     return Err(self.engine.needs_async(tool, call));
                 }
-                let now = inner.core.clock.now();
+                let now = inner.core.now();
                 tool.try_admit(call, now).map_err(|d| {
                     tool.stats.on_reject(&d.rejection, call.tenant);
                     d.rejection
@@ -630,6 +633,29 @@ impl ToolHandle {
                 ..*call
             }),
         }
+    }
+
+    /// As [`ToolHandle::try_admit`], with a permit that borrows this handle instead
+    /// of sharing ownership of the tool (see [`ScopedPermit`]): the fastest way to
+    /// admit a call that ends before the handle goes away.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    #[inline]
+    pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
+        let inner = &self.engine.inner;
+        if let Some((generation, tool)) = &self.cached {
+            if *generation == inner.generation.load(std::sync::atomic::Ordering::Acquire)
+                && inner.core.store.is_none()
+            {
+                let now = inner.core.now();
+                if tool.try_admit_fast(call, now) {
+                    return Ok(ScopedPermit::fast(tool, now));
+                }
+            }
+        }
+        self.try_admit(call).map(ScopedPermit::owned)
     }
 }
 
@@ -648,6 +674,16 @@ fn owner<'a>(
         .flatten()
         .or_else(|| tools.iter().flatten().next().copied())
         .expect("a merged step comes from a known tool")
+}
+
+// === impl Core ===
+
+impl Core {
+    /// The engine's time, read without a virtual call for toolgate's own clocks.
+    #[inline]
+    pub(crate) fn now(&self) -> crate::clock::Nanos {
+        self.now.now(&*self.clock)
+    }
 }
 
 impl<E: std::fmt::Display> std::fmt::Display for ExecuteError<E> {

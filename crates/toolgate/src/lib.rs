@@ -76,6 +76,7 @@ mod clock;
 pub mod config;
 mod decision;
 mod engine;
+mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod observe;
@@ -96,7 +97,7 @@ pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
 pub use decision::{Call, Completion, Outcome, Reason, Rejection};
 pub use engine::{Engine, ExecuteError, ToolHandle};
-pub use permit::Permit;
+pub use permit::{Permit, ScopedPermit};
 pub use pipeline::{
     AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, RunFailure, RunOptions, RunOutput,
     StopReason,

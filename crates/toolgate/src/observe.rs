@@ -17,9 +17,9 @@ use crate::decision::{Outcome, Reason, Rejection};
 #[derive(Debug)]
 pub(crate) struct ToolStats {
     pub(crate) name: Arc<str>,
-    pub(crate) in_flight: AtomicU64,
+    /// Admitted and finished calls, counted per thread (in flight: the difference).
+    pub(crate) calls: crate::lanes::Tally,
     pub(crate) waiting: AtomicUsize,
-    pub(crate) admitted: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
     pub(crate) outcomes: [AtomicU64; 4],
@@ -71,9 +71,8 @@ impl ToolStats {
         };
         Self {
             name,
-            in_flight: AtomicU64::new(0),
+            calls: crate::lanes::Tally::new(),
             waiting: AtomicUsize::new(0),
-            admitted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
             outcomes: Default::default(),
@@ -85,14 +84,35 @@ impl ToolStats {
         }
     }
 
+    /// Counts an admission that did not wait (the fast path's).
+    #[inline(always)]
+    pub(crate) fn on_admit_now(&self, tenant: Option<&str>) {
+        self.calls.admit();
+        self.metrics.admitted.increment(1);
+        self.metrics.in_flight.increment(1.0);
+        if tracing::enabled!(target: "toolgate::decision", tracing::Level::DEBUG) {
+            self.trace_admit(Duration::ZERO, tenant);
+        }
+    }
+
+    #[inline]
     pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
-        self.admitted.fetch_add(1, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.calls.admit();
         self.metrics.admitted.increment(1);
         self.metrics.in_flight.increment(1.0);
         if !waited.is_zero() {
             self.metrics.wait.record(waited.as_secs_f64());
         }
+        if tracing::enabled!(target: "toolgate::decision", tracing::Level::DEBUG) {
+            self.trace_admit(waited, tenant);
+        }
+    }
+
+    /// The event of an admission, out of line: the hot path only asks whether
+    /// anyone listens.
+    #[cold]
+    #[inline(never)]
+    fn trace_admit(&self, waited: Duration, tenant: Option<&str>) {
         tracing::debug!(
             target: "toolgate::decision",
             tool = &*self.name,
@@ -130,8 +150,9 @@ impl ToolStats {
         );
     }
 
+    #[inline(always)]
     pub(crate) fn on_finish(&self, outcome: Option<Outcome>) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.calls.finish();
         self.metrics.in_flight.decrement(1.0);
         if let Some(o) = outcome {
             self.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
@@ -174,6 +195,13 @@ impl ToolStats {
             .store(now.saturating_add(reset), Ordering::Release);
         tracing::info!(target: "toolgate::decision", tool = &*self.name, remaining = s.remaining,
             every_ms = every / 1_000_000, "the upstream's quota is low: calls are spread over its reset window");
+    }
+
+    /// Whether no upstream pause or spreading applies at `now`.
+    #[inline]
+    pub(crate) fn unshaped(&self, now: u64) -> bool {
+        self.paused_until.load(Ordering::Acquire) <= now
+            && self.spread_until.load(Ordering::Acquire) <= now
     }
 
     /// Claims the spreading slot at `now`: `Ok(None)` when not spreading,

@@ -185,8 +185,8 @@ impl Permit {
         let Some(tool) = &self.tool else {
             return;
         };
-        let core = &tool.core;
         if !self.held.is_empty() {
+            let core = &tool.core;
             for h in std::mem::take(&mut self.held) {
                 match (h.quota.def.kind, h.quota.def.cost_of) {
                     (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
@@ -199,31 +199,7 @@ impl Permit {
                 }
             }
         }
-        let Some(c) = completion else {
-            // Dropped without an outcome: nothing to record, a probe slot to free.
-            if self.probe {
-                tool.cancel_probe();
-            }
-            tool.stats.on_finish(None);
-            return;
-        };
-        if let Some(s) = c.server_limit {
-            tool.stats.server_limit(core.clock.now(), s);
-        }
-        if let Some(after) = c.retry_after {
-            let now = core.clock.now();
-            tool.stats
-                .pause_until(now, now.saturating_add(crate::clock::nanos(after)));
-        }
-        if let Some((a, quota)) = &tool.adaptive {
-            if let Some(limit) = a.record(c.outcome, c.latency) {
-                crate::adaptive::apply_limit(quota, limit);
-            }
-        }
-        if let Some(b) = &tool.breaker {
-            b.record(c.outcome, c.latency, self.probe, core.clock.now());
-        }
-        tool.stats.on_finish(Some(c.outcome));
+        tool.end_call(completion, self.probe);
     }
 }
 
@@ -238,6 +214,129 @@ impl fmt::Debug for Permit {
         f.debug_struct("Permit")
             .field("tool", &self.tool())
             .field("admitted_at", &self.admitted_at)
+            .field("waited", &self.waited())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A permit that borrows the [`ToolHandle`](crate::ToolHandle) it came from instead
+/// of sharing ownership of the tool, as `tokio`'s `SemaphorePermit` borrows its
+/// semaphore: no reference count is touched, so on the fast path (a tool with one
+/// request bucket) admission and release are one compare-and-swap and a few plain
+/// stores. From [`ToolHandle::try_admit_scoped`](crate::ToolHandle::try_admit_scoped);
+/// otherwise it behaves exactly like a [`Permit`] (and wraps one when the general
+/// path admitted the call).
+///
+/// # Examples
+///
+/// ```
+/// use toolgate::{Call, Completion, Engine, Policy};
+///
+/// let engine = Engine::new(Policy::from_toml_str("[tools.t]\nrate = \"1/h\"").unwrap());
+/// let t = engine.tool("t");
+/// let permit = t.try_admit_scoped(&Call::new("t")).unwrap();
+/// assert!(t.try_admit_scoped(&Call::new("t")).is_err());
+/// permit.complete(Completion::success());
+/// ```
+#[must_use = "a permit releases its quota when dropped"]
+pub struct ScopedPermit<'a> {
+    inner: Scoped<'a>,
+}
+
+enum Scoped<'a> {
+    /// Admitted by the fast path: holds nothing but the count of the call.
+    Fast {
+        tool: &'a Arc<ToolRuntime>,
+        admitted_at: Nanos,
+    },
+    Owned(Box<Permit>),
+    /// Turned into an owned permit.
+    Moved,
+}
+
+// === impl ScopedPermit ===
+
+impl<'a> ScopedPermit<'a> {
+    #[inline]
+    pub(crate) fn fast(tool: &'a Arc<ToolRuntime>, admitted_at: Nanos) -> Self {
+        Self {
+            inner: Scoped::Fast { tool, admitted_at },
+        }
+    }
+
+    pub(crate) fn owned(permit: Permit) -> Self {
+        Self {
+            inner: Scoped::Owned(Box::new(permit)),
+        }
+    }
+
+    /// The tool's name, or `None` for a tool without a policy.
+    pub fn tool(&self) -> Option<&str> {
+        match &self.inner {
+            Scoped::Fast { tool, .. } => Some(&tool.name),
+            Scoped::Owned(p) => p.tool(),
+            Scoped::Moved => None,
+        }
+    }
+
+    /// When the call was admitted, on the engine's clock.
+    pub fn admitted_at(&self) -> Nanos {
+        match &self.inner {
+            Scoped::Fast { admitted_at, .. } => *admitted_at,
+            Scoped::Owned(p) => p.admitted_at(),
+            Scoped::Moved => 0,
+        }
+    }
+
+    /// How long the call waited for admission (never, on the fast path).
+    pub fn waited(&self) -> Duration {
+        match &self.inner {
+            Scoped::Fast { .. } | Scoped::Moved => Duration::ZERO,
+            Scoped::Owned(p) => p.waited(),
+        }
+    }
+
+    /// Ends the call, as [`Permit::complete`].
+    pub fn complete(mut self, completion: Completion) {
+        self.end(Some(completion));
+    }
+
+    /// An owned [`Permit`] for the same admission, to keep beyond the handle.
+    pub fn into_owned(mut self) -> Permit {
+        match std::mem::replace(&mut self.inner, Scoped::Moved) {
+            Scoped::Fast { tool, admitted_at } => Permit::new(
+                Some(tool.clone()),
+                Held2::new(),
+                admitted_at,
+                Duration::ZERO,
+            ),
+            Scoped::Owned(p) => *p,
+            Scoped::Moved => unreachable!("a permit is moved out only once, by value"),
+        }
+    }
+
+    #[inline]
+    fn end(&mut self, completion: Option<Completion>) {
+        match std::mem::replace(&mut self.inner, Scoped::Moved) {
+            Scoped::Fast { tool, .. } => tool.end_call(completion, false),
+            Scoped::Owned(mut p) => p.finish(completion),
+            Scoped::Moved => {}
+        }
+    }
+}
+
+impl Drop for ScopedPermit<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.end(None);
+    }
+}
+
+impl fmt::Debug for ScopedPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedPermit")
+            .field("tool", &self.tool())
+            .field("admitted_at", &self.admitted_at())
             .field("waited", &self.waited())
             .finish_non_exhaustive()
     }

@@ -53,8 +53,9 @@ pub(crate) struct ToolRuntime {
     pub(crate) stats: Arc<ToolStats>,
     pub(crate) core: Arc<Core>,
     /// Set when the tool is governed by exactly one unpartitioned, enforced request
-    /// bucket: admission then takes the single-lock fast path.
-    pub(crate) fast: Option<(Arc<crate::quota::Cell>, crate::rate::Gcra)>,
+    /// bucket that has the one-word form: admission then takes the lock-free fast
+    /// path (one compare-and-swap).
+    pub(crate) fast: Option<Arc<crate::quota::Cell>>,
     /// The tool's circuit breaker, kept across reloads while its config is unchanged.
     pub(crate) breaker: Option<Arc<crate::circuit::Breaker>>,
     /// The tool's adaptive concurrency limit and the quota it drives.
@@ -275,12 +276,14 @@ impl Compiled {
 }
 
 /// The single bucket of a tool that has nothing else, for the fast path.
-fn fast_path(quotas: &[Arc<Quota>]) -> Option<(Arc<crate::quota::Cell>, crate::rate::Gcra)> {
+fn fast_path(quotas: &[Arc<Quota>]) -> Option<Arc<crate::quota::Cell>> {
     let [q] = quotas else {
         return None;
     };
     match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow) {
-        (Slot::Single(cell), Kind::Bucket(g), CostOf::Requests, false) => Some((cell.clone(), g)),
+        (Slot::Single(cell), Kind::Bucket(_), CostOf::Requests, false) if cell.fast().is_some() => {
+            Some(cell.clone())
+        }
         _ => None,
     }
 }

@@ -39,7 +39,7 @@ use crate::engine::Core;
 use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota};
-use crate::sync::{AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicU64, Mutex};
 
 /// Every reservation that is still in the future, by arrival order.
 #[derive(Debug, Default)]
@@ -183,7 +183,7 @@ impl Scheduler {
         seeds: &[(Arc<Quota>, Arc<Cell>)],
         from: u64,
         leaving: Option<&WaitSlot>,
-        adjust: impl FnOnce(&mut [MutexGuard<'_, crate::quota::CellState>], &[u64], Nanos),
+        adjust: impl FnOnce(&mut [crate::quota::CellGuard<'_>], &[u64], Nanos),
     ) -> bool {
         let scan_now = clock.now();
         // The closure: cells touched, each with the first sequence number that touched it.

@@ -6,6 +6,7 @@
 //! called with the cell's lock held; the engine decides the order of locks.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -13,8 +14,8 @@ use crate::clock::Nanos;
 use crate::config::{Mode, Rate, Window as WindowKind};
 use crate::decision::Reason;
 use crate::partition::Partitions;
-use crate::rate::{Gcra, SlidingLog, Tat, Window};
-use crate::sync::{AtomicBool, Mutex, MutexGuard};
+use crate::rate::{Gcra, SlidingLog, Tat, Window, WordForm};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
 use std::sync::atomic::Ordering;
 
 /// What a quota limits.
@@ -64,7 +65,32 @@ pub(crate) struct Cell {
     /// (Addresses would do for deadlock freedom, but ids keep the order the same
     /// from run to run, which model checking needs.)
     id: u64,
+    /// The lock-free form of an unpartitioned bucket (see [`FastBucket`]).
+    fast: Option<Box<FastBucket>>,
     state: Mutex<CellState>,
+}
+
+/// The state of an unpartitioned bucket, kept in one atomic word whenever nobody
+/// holds the cell's lock and nobody waits on it, so that the fast path admits with
+/// one compare-and-swap and no lock.
+///
+/// The word holds either the bucket's state ([`WordForm`] units), and is then the
+/// truth, or [`FastBucket::LOCKED`], and then the state under the lock is. Taking
+/// the lock swaps `LOCKED` in and carries the word into the state; releasing it
+/// writes the state back unless waiters have reservations on the cell (they keep the
+/// word locked, which sends every call through the general path and its FIFO
+/// order). A fast admission that finds the word locked falls back to the general
+/// path; one whose compare-and-swap loses to a lock taker retries and sees `LOCKED`.
+#[derive(Debug)]
+pub(crate) struct FastBucket {
+    pub(crate) word: AtomicU64,
+    pub(crate) form: WordForm,
+}
+
+/// The cell's lock, held: also carries the fast path's word in and out.
+pub(crate) struct CellGuard<'a> {
+    guard: MutexGuard<'a, CellState>,
+    fast: Option<&'a FastBucket>,
 }
 
 static NEXT_CELL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -257,7 +283,7 @@ impl Quota {
         let slot = if def.partitioned {
             Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions)))
         } else {
-            Slot::Single(Arc::new(Cell::new(def.fresh(now))))
+            Slot::Single(Arc::new(Cell::single(&def, def.fresh(now))))
         };
         Self { def, slot }
     }
@@ -277,17 +303,16 @@ impl Quota {
                 return Self { def, slot };
             }
         }
-        let convert = |cell: &Cell| {
-            let st = cell.lock();
-            Cell::new(def.convert(&old.def, &st.limiter, now))
-        };
+        let convert = |cell: &Cell| def.convert(&old.def, &cell.lock().limiter, now);
         let slot = match (&old.slot, def.partitioned) {
-            (Slot::Single(cell), false) => Slot::Single(Arc::new(convert(cell))),
-            (Slot::Partitioned(parts), true) => {
-                Slot::Partitioned(Arc::new(parts.converted(def.max_partitions, convert)))
+            (Slot::Single(cell), false) => {
+                Slot::Single(Arc::new(Cell::single(&def, convert(cell))))
             }
+            (Slot::Partitioned(parts), true) => Slot::Partitioned(Arc::new(
+                parts.converted(def.max_partitions, |c| Cell::new(convert(c))),
+            )),
             (_, true) => Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions))),
-            (_, false) => Slot::Single(Arc::new(Cell::new(def.fresh(now)))),
+            (_, false) => Slot::Single(Arc::new(Cell::single(&def, def.fresh(now)))),
         };
         Self { def, slot }
     }
@@ -299,6 +324,7 @@ impl Cell {
     pub(crate) fn new(limiter: Limiter) -> Self {
         Self {
             id: NEXT_CELL.fetch_add(1, Ordering::Relaxed),
+            fast: None,
             state: Mutex::new(CellState {
                 limiter,
                 pending: None,
@@ -306,13 +332,116 @@ impl Cell {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, CellState> {
-        self.state.lock()
+    /// A cell of an unpartitioned quota: a bucket also gets the lock-free form.
+    pub(crate) fn single(def: &QuotaDef, limiter: Limiter) -> Self {
+        let fast = match (def.kind, &limiter) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.word_form().map(|form| {
+                let word = form.to_word(*tat).unwrap_or(FastBucket::LOCKED);
+                Box::new(FastBucket {
+                    word: AtomicU64::new(word),
+                    form,
+                })
+            }),
+            _ => None,
+        };
+        Self {
+            fast,
+            ..Self::new(limiter)
+        }
+    }
+
+    pub(crate) fn lock(&self) -> CellGuard<'_> {
+        let mut guard = self.state.lock();
+        let fast = self.fast.as_deref();
+        if let Some(f) = fast {
+            let word = f.word.swap(FastBucket::LOCKED, Ordering::AcqRel);
+            if word != FastBucket::LOCKED {
+                guard.limiter = Limiter::Bucket(f.form.to_tat(word));
+            }
+        }
+        CellGuard { guard, fast }
+    }
+
+    /// The lock-free form of the cell's bucket, if it has one.
+    pub(crate) fn fast(&self) -> Option<&FastBucket> {
+        self.fast.as_deref()
     }
 
     /// The key that orders lock acquisition.
     pub(crate) fn order(&self) -> u64 {
         self.id
+    }
+}
+
+// === impl FastBucket ===
+
+impl FastBucket {
+    /// The word while the state lives under the lock (never a reachable state: it
+    /// would be a bucket 584 years into the clock at one unit per nanosecond).
+    pub(crate) const LOCKED: u64 = u64::MAX;
+
+    /// Admits `cost` at `now` with one compare-and-swap, or says that the general
+    /// path must decide: `false` on a rejection too (which the general path then
+    /// explains), or while the state is under the lock.
+    #[inline]
+    pub(crate) fn try_charge(&self, cost: u64, now: Nanos) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if word == Self::LOCKED {
+                return false;
+            }
+            let Some(next) = self.form.charge(word, cost, now) else {
+                return false;
+            };
+            if next == Self::LOCKED {
+                return false;
+            }
+            match self
+                .word
+                .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(seen) => word = seen,
+            }
+        }
+    }
+}
+
+// === impl CellGuard ===
+
+impl std::ops::Deref for CellGuard<'_> {
+    type Target = CellState;
+
+    fn deref(&self) -> &CellState {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for CellGuard<'_> {
+    fn deref_mut(&mut self) -> &mut CellState {
+        &mut self.guard
+    }
+}
+
+impl Drop for CellGuard<'_> {
+    fn drop(&mut self) {
+        let Some(f) = self.fast else {
+            return;
+        };
+        if self.guard.pending.is_some() {
+            return;
+        }
+        if let Limiter::Bucket(tat) = &self.guard.limiter {
+            if let Some(word) = f.form.to_word(*tat).filter(|w| *w != FastBucket::LOCKED) {
+                f.word.store(word, Ordering::Release);
+            }
+        }
+    }
+}
+
+impl fmt::Debug for CellGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.guard.fmt(f)
     }
 }
 
@@ -562,13 +691,14 @@ mod tests {
 
     #[test]
     fn a_partition_costs_at_most_64_bytes_of_quota_state() {
-        // The cell (id, lock, limiter, pending pointer); the map adds the key and a
-        // pointer, the allocation adds the reference counts.
+        // The cell (id, lock, limiter, pending pointer, and the pointer to the
+        // one-word form that only unpartitioned buckets have); the map adds the key
+        // and a pointer, the allocation adds the reference counts.
         assert!(
             std::mem::size_of::<Cell>() <= 64,
             "{}",
             std::mem::size_of::<Cell>()
         );
-        assert_eq!(std::mem::size_of::<Cell>(), 48);
+        assert_eq!(std::mem::size_of::<Cell>(), 56);
     }
 }

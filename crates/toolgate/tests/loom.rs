@@ -169,3 +169,31 @@ fn spread_slots_given_back_by_refused_calls_are_not_lost() {
         assert_eq!(no.quota(), "tools.crm.rate");
     });
 }
+
+#[test]
+fn two_calls_racing_on_the_lock_free_bucket_admit_exactly_one() {
+    loom::model(|| {
+        let engine = engine("[tools.t]\nrate = \"1/h\"");
+        let e1 = engine.clone();
+        let t1 = thread::spawn(move || e1.tool("t").try_admit_scoped(&Call::new("t")).is_ok());
+        let here = engine.tool("t").try_admit_scoped(&Call::new("t")).is_ok();
+        assert_eq!(usize::from(t1.join().unwrap()) + usize::from(here), 1);
+    });
+}
+
+#[test]
+fn the_locked_path_carries_the_lock_free_state_out_and_back_without_losing_a_charge() {
+    // A read through the cell's lock takes the state out of the word and writes it
+    // back while a call is admitted by compare-and-swap; then a second call.
+    loom::model(|| {
+        let engine = engine("[tools.t]\nrate = \"1/h\"");
+        let e1 = engine.clone();
+        let t1 = thread::spawn(move || e1.tool("t").try_admit_scoped(&Call::new("t")).is_ok());
+        let seen = available(&engine, "t", "tools.t.rate").unwrap();
+        let first = t1.join().unwrap();
+        assert!(first);
+        assert!(seen <= 1);
+        assert_eq!(available(&engine, "t", "tools.t.rate"), Some(0));
+        assert!(engine.tool("t").try_admit_scoped(&Call::new("t")).is_err());
+    });
+}

@@ -27,6 +27,58 @@ pub(crate) struct Tat {
     lo: u64,
 }
 
+/// A bucket in one-word units (see [`Gcra::word_form`]): the scaled state `tat` of
+/// [`Gcra`] is `word * g`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WordForm {
+    /// Units per nanosecond.
+    k: u64,
+    /// Units per token.
+    per_token: u64,
+    /// Units of a full bucket (`burst * per_token`).
+    tau: u64,
+    /// The common factor between the scaled and the word units.
+    g: u64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+// === impl WordForm ===
+
+impl WordForm {
+    /// The state after charging `cost` tokens at `now`, or `None` when they do not
+    /// conform now (or the arithmetic would leave a word: the general path then
+    /// decides). The same rule as [`Gcra::earliest`] and [`Gcra::charge`].
+    #[inline]
+    pub(crate) fn charge(&self, word: u64, cost: u64, now: Nanos) -> Option<u64> {
+        let now = now.checked_mul(self.k)?;
+        let next = word
+            .max(now)
+            .checked_add(cost.checked_mul(self.per_token)?)?;
+        (next <= now.checked_add(self.tau)?).then_some(next)
+    }
+
+    /// The word of a scaled state, if it has one.
+    pub(crate) fn to_word(self, tat: Tat) -> Option<u64> {
+        let v = tat.get();
+        let g = u128::from(self.g);
+        if v % g != 0 {
+            return None;
+        }
+        u64::try_from(v / g).ok()
+    }
+
+    /// The scaled state of a word.
+    pub(crate) fn to_tat(self, word: u64) -> Tat {
+        Tat::from_u128(u128::from(word) * u128::from(self.g))
+    }
+}
+
 // === impl Tat ===
 
 impl Tat {
@@ -122,6 +174,21 @@ impl Gcra {
         Tat::from_u128(lowered.max(self.scale(now)))
     }
 
+    /// The bucket in the one-word form of the lock-free fast path, when it has one:
+    /// time in units of `1/k` ns where `k = n / gcd(n, period)`, so that the state
+    /// is the scaled theoretical arrival time divided by `gcd(n, period)` — exact,
+    /// with no rounding. `None` when a token's length in those units does not fit.
+    pub(crate) fn word_form(&self) -> Option<WordForm> {
+        let g = gcd(self.n, self.period_ns);
+        let per_token = self.period_ns / g;
+        Some(WordForm {
+            k: self.n / g,
+            per_token,
+            tau: self.burst.checked_mul(per_token)?,
+            g,
+        })
+    }
+
     /// Whole tokens available at `now` (0 while in debt).
     pub(crate) fn available(&self, tat: Tat, now: Nanos) -> u64 {
         let used = tat.get().saturating_sub(self.scale(now));
@@ -155,6 +222,46 @@ mod tests {
         }
         *tat = g.charge(*tat, cost, now);
         Ok(())
+    }
+
+    proptest::proptest! {
+        /// The one-word form of the fast path decides exactly as the scaled form,
+        /// and holds the same state, for any rate, burst and history.
+        #[test]
+        fn the_word_form_decides_as_the_scaled_form(
+            n in 1u64..20_000_000_000,
+            period in 1u64..1_000_000_000_000,
+            burst in 1u64..1_000,
+            steps in proptest::collection::vec((0u64..2_000_000_000, 1u64..1_200), 1..60),
+        ) {
+            let g = Gcra::new(n, period, burst);
+            let Some(form) = g.word_form() else { return Ok(()) };
+            let mut tat = g.full(0);
+            let mut word = form.to_word(tat).unwrap();
+            let mut now = 0u64;
+            for (dt, cost) in steps {
+                now += dt;
+                let scaled = (cost <= burst && g.earliest(tat, cost, now) <= now)
+                    .then(|| g.charge(tat, cost, now));
+                match form.charge(word, cost, now) {
+                    Some(w) => {
+                        // The word may only decide when it can represent the result.
+                        proptest::prop_assert_eq!(Some(form.to_tat(w)), scaled);
+                        word = w;
+                        tat = form.to_tat(w);
+                    }
+                    None => {
+                        if let Some(t) = scaled {
+                            // Refused for arithmetic only: the general path decides.
+                            let room = now.checked_mul(form.k).and_then(|x| x.checked_add(form.tau));
+                            proptest::prop_assert!(room.is_none() || form.to_word(t).is_none());
+                            return Ok(());
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(form.to_word(tat), Some(word));
+            }
+        }
     }
 
     #[test]

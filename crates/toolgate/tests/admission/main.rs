@@ -9,6 +9,7 @@ mod demo;
 mod quotas;
 mod reload;
 mod retry;
+mod scoped;
 mod shaping;
 mod store;
 mod support;

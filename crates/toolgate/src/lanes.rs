@@ -1,0 +1,237 @@
+//! Counters that every thread bumps on every admission without a shared atomic
+//! read-modify-write: one lane (a cache line) per thread, written by that thread
+//! only, summed when read.
+//!
+//! Why by hand: a shared `fetch_add` costs an uncontended locked instruction, and a
+//! cache-line transfer between cores when two cores admit the same tool; the two
+//! counters of every admission (admitted, finished) would cost more than the whole
+//! decision. Crates for sharded counters either still use `fetch_add` per shard or
+//! hash threads onto shards that several threads then share; here every thread owns
+//! its lane outright (a lane index is handed out once per thread and returned when it
+//! exits), so a bump is a plain load and store. Threads beyond the lanes a counter
+//! has share one overflow lane with `fetch_add`, so nothing is ever lost.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// A lane index that no thread holds: the thread has none yet.
+const UNSET: usize = usize::MAX;
+/// The thread is exiting (its lane went back to the pool): it counts in the
+/// overflow lane.
+const EXITED: usize = usize::MAX - 1;
+
+thread_local! {
+    static LANE: Cell<usize> = const { Cell::new(UNSET) };
+    static RETURN: LaneReturn = const { LaneReturn };
+}
+
+/// Lane indices free for the taking, lowest first, and the next never used one.
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    free: Vec::new(),
+    next: 0,
+});
+
+struct Pool {
+    free: Vec<usize>,
+    next: usize,
+}
+
+/// Gives the thread's lane back when the thread exits.
+struct LaneReturn;
+
+impl Drop for LaneReturn {
+    fn drop(&mut self) {
+        let lane = LANE.replace(EXITED);
+        if lane < EXITED {
+            let mut pool = POOL.lock();
+            pool.free.push(lane);
+            // Lowest first, so that lanes stay dense and few.
+            pool.free.sort_unstable_by(|a, b| b.cmp(a));
+        }
+    }
+}
+
+/// This thread's lane index.
+#[inline]
+fn lane() -> usize {
+    let lane = LANE.get();
+    if lane != UNSET {
+        return lane;
+    }
+    claim()
+}
+
+#[cold]
+fn claim() -> usize {
+    // Registering the return first: if the thread is already tearing its
+    // thread-locals down, it keeps to the overflow lane.
+    if RETURN.try_with(|_| ()).is_err() {
+        LANE.set(EXITED);
+        return EXITED;
+    }
+    let lane = {
+        let mut pool = POOL.lock();
+        pool.free.pop().unwrap_or_else(|| {
+            pool.next += 1;
+            pool.next - 1
+        })
+    };
+    LANE.set(lane);
+    lane
+}
+
+/// How many lanes a counter has: twice the cores, between 4 and 64.
+fn lanes() -> usize {
+    static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(4, usize::from);
+        (2 * cores).clamp(4, 64)
+    })
+}
+
+/// One cache line of counts.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Line {
+    admitted: AtomicU64,
+    finished: AtomicU64,
+}
+
+/// Admitted and finished calls of one tool, counted per thread.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    /// One line per lane.
+    lines: Box<[Line]>,
+    /// Shared by the threads whose lane lies beyond `lines`.
+    overflow: Line,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tally {
+    pub(crate) fn new() -> Self {
+        Self {
+            lines: (0..lanes()).map(|_| Line::default()).collect(),
+            overflow: Line::default(),
+        }
+    }
+
+    /// Bumps this thread's count in `line`'s `field`.
+    #[inline(always)]
+    fn bump(&self, field: fn(&Line) -> &AtomicU64) {
+        match self.lines.get(lane()) {
+            Some(line) => {
+                // This thread is the lane's only writer: no read-modify-write needed.
+                let counter = field(line);
+                counter.store(
+                    counter.load(Ordering::Relaxed).wrapping_add(1),
+                    Ordering::Relaxed,
+                );
+            }
+            None => {
+                field(&self.overflow).fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Counts an admission.
+    #[inline]
+    pub(crate) fn admit(&self) {
+        self.bump(|l| &l.admitted);
+    }
+
+    /// Counts the end of an admitted call.
+    #[inline]
+    pub(crate) fn finish(&self) {
+        self.bump(|l| &l.finished);
+    }
+
+    /// Calls admitted so far.
+    pub(crate) fn admitted(&self) -> u64 {
+        self.lines
+            .iter()
+            .chain([&self.overflow])
+            .fold(0u64, |n, l| {
+                n.wrapping_add(l.admitted.load(Ordering::Relaxed))
+            })
+    }
+
+    /// Calls admitted and not finished yet (a snapshot: lanes are read one after
+    /// another, so a call finished on another thread meanwhile may show early).
+    pub(crate) fn in_flight(&self) -> u64 {
+        let finished = self
+            .lines
+            .iter()
+            .chain([&self.overflow])
+            .fold(0u64, |n, l| {
+                n.wrapping_add(l.finished.load(Ordering::Relaxed))
+            });
+        let admitted = self.admitted();
+        // Read after the finished counts, so that it covers every finished call.
+        let diff = admitted.wrapping_sub(finished);
+        if diff > u64::MAX / 2 {
+            0
+        } else {
+            diff
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_many_threads_are_all_kept() {
+        let tally = Tally::new();
+        // More threads than lanes, so the overflow lane is used too.
+        let threads = lanes() * 2 + 3;
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        tally.admit();
+                    }
+                    for _ in 0..400 {
+                        tally.finish();
+                    }
+                });
+            }
+        });
+        assert_eq!(tally.admitted(), threads as u64 * 1000);
+        assert_eq!(tally.in_flight(), threads as u64 * 600);
+    }
+
+    #[test]
+    fn a_call_may_finish_on_another_thread() {
+        let tally = Tally::new();
+        tally.admit();
+        tally.admit();
+        std::thread::scope(|s| {
+            s.spawn(|| tally.finish());
+        });
+        assert_eq!(tally.in_flight(), 1);
+        tally.finish();
+        assert_eq!(tally.in_flight(), 0);
+        assert_eq!(tally.admitted(), 2);
+    }
+
+    #[test]
+    fn exited_threads_give_their_lanes_back() {
+        let before = POOL.lock().next;
+        for _ in 0..200 {
+            let lane = std::thread::spawn(lane).join().unwrap();
+            assert!(lane < EXITED);
+        }
+        // Without reuse, 200 threads one after another would take 200 new lanes;
+        // with it they take one (other tests' threads may take a few meanwhile).
+        let grown = POOL.lock().next - before;
+        assert!(grown < 100, "lanes leak: {grown} new lanes for 200 threads");
+    }
+}
