@@ -237,6 +237,14 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Permit, Denied> {
+        if self.try_admit_fast(call, now) {
+            return Ok(Permit::new(
+                Some(self.clone()),
+                Held2::new(),
+                now,
+                Duration::ZERO,
+            ));
+        }
         self.pause_gate(now)?;
         let spread = self.spread_gate(now)?;
         let probe = self

@@ -39,9 +39,16 @@ max_wait = "1s"
 rate = "1/s"
 burst = 1
 concurrency = 1
+
+# One bucket and nothing else: the lock-free fast path, and waiters on it.
+[tools.d]
+rate = "3/s"
+burst = 2
+on_limit = "wait"
+max_wait = "2s"
 "#;
 
-const TOOLS: [&str; 3] = ["a", "b", "c"];
+const TOOLS: [&str; 4] = ["a", "b", "c", "d"];
 const S: u64 = 1_000_000_000;
 
 #[derive(Debug, Clone)]
@@ -67,11 +74,12 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u64..700).prop_map(|ms| Op::Advance(ms * 1_000_000 + ms % 7)),
-        4 => (0..3usize, 1..=2u64, 0..40u64).prop_map(|(tool, count, tokens)| Op::Try { tool, count, tokens }),
-        4 => (0..2usize, 0..40u64).prop_map(|(tool, tokens)| Op::Wait { tool, tokens }),
+        4 => (0..4usize, 1..=2u64, 0..40u64).prop_map(|(tool, count, tokens)| Op::Try { tool, count, tokens }),
+        // The tools that wait: a, b and d.
+        4 => (0..3usize, 0..40u64).prop_map(|(i, tokens)| Op::Wait { tool: [0, 1, 3][i], tokens }),
         2 => any::<usize>().prop_map(Op::Complete),
         2 => any::<usize>().prop_map(Op::Cancel),
-        2 => prop::collection::vec(0..3usize, 1..4).prop_map(Op::Reserve),
+        2 => prop::collection::vec(0..4usize, 1..4).prop_map(Op::Reserve),
         2 => any::<usize>().prop_map(Op::Unreserve),
     ]
 }
@@ -370,6 +378,7 @@ proptest! {
         bucket_conforms(of(&r, &[0], req), 2, S, 2).map_err(|e| TestCaseError::fail(format!("tools.a.rate: {e}")))?;
         bucket_conforms(of(&r, &[0, 1], req), 5, S, 3).map_err(|e| TestCaseError::fail(format!("pools.p.rate: {e}")))?;
         bucket_conforms(of(&r, &[2], req), 1, S, 1).map_err(|e| TestCaseError::fail(format!("tools.c.rate: {e}")))?;
+        bucket_conforms(of(&r, &[3], req), 3, S, 2).map_err(|e| TestCaseError::fail(format!("tools.d.rate: {e}")))?;
         bucket_conforms(of(&r, &[1], |a| a.tokens), 100, S, 50).map_err(|e| TestCaseError::fail(format!("tools.b.tokens: {e}")))?;
         window_conforms(&of(&r, &[1], req), 3, S).map_err(|e| TestCaseError::fail(format!("tools.b.rate: {e}")))?;
         concurrency_conforms(&r, &[0, 1], 3).map_err(|e| TestCaseError::fail(format!("pools.p.concurrency: {e}")))?;
