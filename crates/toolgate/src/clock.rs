@@ -158,7 +158,8 @@ fn hybrid_sleep(timer: &timer::Timer, at: tokio::time::Instant) -> Sleep {
                 return Poll::Ready(());
             }
             if precise.as_mut().is_some_and(|p| !p.poll(cx)) {
-                // The real clock is past the deadline but tokio's is not: paused time.
+                // The real clock is past the deadline but tokio's is not (paused time),
+                // or there is no timer thread: tokio's timer alone wakes this sleep.
                 precise = None;
             }
             Poll::Pending
