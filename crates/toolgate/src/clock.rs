@@ -5,6 +5,25 @@
 //! production uses the monotonic system clock ([`SystemClock`]). Times are plain
 //! nanosecond counts ([`Nanos`]) measured from the clock's own origin, which keeps the
 //! quota arithmetic in integers.
+//!
+//! # Sleeping on the system clock
+//!
+//! A waiter is admitted when its sleep completes, so the timer's precision is the
+//! waiter's lateness. tokio's timer rounds a deadline up to its next 1 ms tick and
+//! parks in `epoll_wait` with a whole-millisecond timeout: a waiter would wake 0 to
+//! about 2 ms after its time. So [`SystemClock::sleep_until`] also registers the
+//! deadline with a precise timer: one process-wide thread, `toolgate-timer`, started
+//! on first use, that keeps the deadlines in order and sleeps on a condition variable
+//! (a futex with a nanosecond timeout) until the earliest one, then wakes exactly the
+//! due sleepers. It is woken only when a new earliest deadline is registered, so
+//! sleeping waiters cost no CPU; a dropped sleep removes its deadline.
+//!
+//! The sleep still arms tokio's timer as well and completes when either fires, but
+//! only once tokio's clock (the one [`SystemClock::now`] reads) has reached the
+//! deadline. On the real clock both are the same monotonic clock and the precise
+//! timer comes first; under tokio's paused time (`#[tokio::test(start_paused =
+//! true)]`) tokio's timer decides, and the precise timer, which follows the real
+//! clock, can neither complete a sleep early nor make it spin.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -16,6 +35,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+mod timer;
 
 /// Nanoseconds since a clock's origin.
 pub type Nanos = u64;
@@ -45,7 +66,11 @@ pub(crate) fn nanos(d: Duration) -> Nanos {
 }
 
 /// The monotonic clock of the running process (tokio's `Instant`, so paused tokio
-/// time in tests is honoured too). Sleeping needs a tokio runtime with the time driver.
+/// time in tests is honoured too). Sleeping needs a tokio runtime with the time driver;
+/// besides tokio's timer, a precise timer thread (`toolgate-timer`, started on first
+/// use) wakes sleeps within tens of microseconds of their deadline rather than on
+/// tokio's 1 ms tick. Paused tokio time is still followed: a sleep never completes
+/// before [`Clock::now`] has reached its deadline.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     origin: tokio::time::Instant,
@@ -118,8 +143,43 @@ impl Clock for SystemClock {
             .origin
             .checked_add(Duration::from_nanos(deadline))
             .unwrap_or_else(|| self.origin + Duration::from_secs(86_400 * 365 * 30));
-        Box::pin(tokio::time::sleep_until(at))
+        hybrid_sleep(timer::global(), at)
     }
+}
+
+/// Sleeps until tokio's clock reaches `at`, woken by whichever comes first: tokio's
+/// own timer (which follows paused time in tests, and wakes up to about 2 ms late on
+/// the real clock) or the precise timer (which wakes on the real clock within the
+/// operating system's timer slack).
+///
+/// It completes only once `tokio::time::Instant::now() >= at`, which is exactly
+/// `SystemClock::now() >= deadline`. When time is not paused, tokio's `Instant` is the
+/// monotonic clock the precise timer waits on, so a sleeper it wakes finds its
+/// deadline passed. When tokio's time is paused, the precise timer may fire while
+/// tokio's clock is still behind: the sleep then stops using it and waits for tokio's
+/// timer alone, so it neither completes early nor keeps re-registering.
+fn hybrid_sleep(timer: &timer::Timer, at: tokio::time::Instant) -> Sleep {
+    // Created here, not on first poll: like `tokio::time::sleep_until`, calling this
+    // outside a runtime with the time driver panics at once.
+    let tokio_sleep = tokio::time::sleep_until(at);
+    let mut precise = Some(timer.registration(at.into_std()));
+    Box::pin(async move {
+        let mut tokio_sleep = std::pin::pin!(tokio_sleep);
+        std::future::poll_fn(|cx| {
+            if tokio::time::Instant::now() >= at || tokio_sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            if precise.as_mut().is_some_and(|p| !p.poll(cx)) {
+                // The real clock is past the deadline but tokio's is not (paused time),
+                // or there is no timer thread: tokio's timer alone wakes this sleep.
+                precise = None;
+            }
+            Poll::Pending
+        })
+        .await;
+        // `precise` is dropped with the future (completed or cancelled), and with it
+        // its entry in the timer.
+    })
 }
 
 // === impl ManualClock ===
@@ -285,6 +345,102 @@ mod tests {
         assert!(sleep.poll().is_pending());
         drop(sleep);
         assert_eq!(clock.sleepers(), 0);
+    }
+
+    /// The precise timer wakes a system-clock sleep at its deadline: the runtime's own
+    /// driver does not turn while this thread sleeps, so only the precise timer can
+    /// have woken it.
+    #[tokio::test]
+    async fn the_precise_timer_wakes_a_system_sleep_at_its_deadline() {
+        let timer = timer::Timer::start();
+        let clock = SystemClock::new();
+        let deadline = clock.now() + 20_000_000;
+        let mut sleep = task::spawn(hybrid_sleep(
+            &timer,
+            clock.origin + Duration::from_nanos(deadline),
+        ));
+        assert!(sleep.poll().is_pending());
+        assert_eq!(timer.entries(), 1);
+        let limit = std::time::Instant::now() + Duration::from_secs(5);
+        while !sleep.is_woken() && std::time::Instant::now() < limit {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert!(sleep.is_woken(), "the precise timer woke the sleep");
+        assert!(clock.now() >= deadline);
+        assert!(sleep.poll().is_ready());
+        assert_eq!(timer.entries(), 0);
+    }
+
+    #[tokio::test]
+    async fn system_sleeps_never_end_before_their_deadline() {
+        let clock = SystemClock::new();
+        for i in 0..50u64 {
+            let deadline = clock.now() + 100_000 + i * 37_000;
+            clock.sleep_until(deadline).await;
+            let now = clock.now();
+            assert!(now >= deadline, "woke {} ns early", deadline - now);
+            assert!(
+                now - deadline < 50_000_000,
+                "woke {} ns late",
+                now - deadline
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_system_sleep_leaves_no_timer() {
+        let timer = timer::Timer::start();
+        let clock = SystemClock::new();
+        let mut sleeps: Vec<_> = (0..100u64)
+            .map(|i| {
+                task::spawn(hybrid_sleep(
+                    &timer,
+                    clock.origin + Duration::from_millis(100 + i),
+                ))
+            })
+            .collect();
+        for sleep in &mut sleeps {
+            assert!(sleep.poll().is_pending());
+        }
+        assert_eq!(timer.entries(), 100);
+        drop(sleeps);
+        assert_eq!(timer.entries(), 0);
+    }
+
+    /// Under paused time the precise timer fires on the real clock while tokio's clock
+    /// stands still: the sleep must not complete, and must not spin re-registering.
+    #[tokio::test(start_paused = true)]
+    async fn under_paused_time_a_system_sleep_follows_tokio_time() {
+        let timer = timer::Timer::start();
+        let clock = SystemClock::new();
+        let mut sleep = task::spawn(hybrid_sleep(
+            &timer,
+            clock.origin + Duration::from_millis(20),
+        ));
+        assert!(sleep.poll().is_pending());
+        assert_eq!(timer.entries(), 1);
+        // Real time passes; tokio's (paused) time does not.
+        let limit = std::time::Instant::now() + Duration::from_secs(5);
+        while timer.entries() != 0 && std::time::Instant::now() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(timer.entries(), 0, "the precise timer fired");
+        assert!(sleep.is_woken());
+        assert!(
+            sleep.poll().is_pending(),
+            "not before tokio's clock is there"
+        );
+        assert_eq!(timer.entries(), 0, "not registered again");
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(!sleep.is_woken(), "no busy loop");
+        assert!(sleep.poll().is_pending());
+
+        tokio::time::advance(Duration::from_millis(19)).await;
+        assert!(sleep.poll().is_pending());
+        assert!(clock.now() < 20_000_000);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(clock.now() >= 20_000_000);
+        assert!(sleep.poll().is_ready());
     }
 
     #[test]
