@@ -31,9 +31,38 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    entries: BTreeMap<(Instant, u64), Waker>,
+    entries: BTreeMap<(Instant, u64), Sleeper>,
     next_id: u64,
     shutdown: bool,
+}
+
+/// A registered sleeper: its waker, and the tokio runtime it was registered from.
+struct Sleeper {
+    waker: Waker,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+/// Tasks waiting in a runtime's global queue beyond which the precise timer stands
+/// aside (see [`Sleeper::wake`]).
+const BACKLOG: usize = 32;
+
+impl Sleeper {
+    /// Wakes the sleeper, unless its runtime is behind on a backlog.
+    ///
+    /// A wake from this thread (not one of tokio's workers) puts the task at the
+    /// back of the runtime's global queue. That is fast while the queue is short, but
+    /// behind a burst of new tasks (a crowd of callers arriving at once) it can cost
+    /// milliseconds, whereas tokio's own timer, which every sleep also arms, wakes the
+    /// task on a worker, ahead of that backlog, within about 2 ms. So when the queue
+    /// holds a backlog the precise timer leaves the wake to tokio's.
+    fn wake(self) {
+        let backlogged = self
+            .runtime
+            .is_some_and(|rt| rt.metrics().global_queue_depth() > BACKLOG);
+        if !backlogged {
+            self.waker.wake();
+        }
+    }
 }
 
 /// One sleeper's place in a [`Timer`]: registered on the first [`Registration::poll`],
@@ -142,7 +171,7 @@ impl Shared {
             if !due.is_empty() {
                 // Never wake while holding the lock: a woken task may run (and
                 // register or cancel) on another thread at once.
-                MutexGuard::unlocked(&mut state, || due.drain(..).for_each(Waker::wake));
+                MutexGuard::unlocked(&mut state, || due.drain(..).for_each(Sleeper::wake));
                 continue;
             }
             match state.entries.keys().next() {
@@ -172,6 +201,10 @@ impl Registration {
                     self.state = Reg::Done;
                     return false;
                 }
+                let sleeper = Sleeper {
+                    waker: cx.waker().clone(),
+                    runtime: tokio::runtime::Handle::try_current().ok(),
+                };
                 let mut state = shared.state.lock();
                 let id = state.next_id;
                 state.next_id += 1;
@@ -180,7 +213,7 @@ impl Registration {
                     .keys()
                     .next()
                     .is_none_or(|&(first, _)| self.at < first);
-                state.entries.insert((self.at, id), cx.waker().clone());
+                state.entries.insert((self.at, id), sleeper);
                 drop(state);
                 if earliest {
                     shared.wakeup.notify_one();
@@ -191,7 +224,7 @@ impl Registration {
             Reg::Registered(id) => {
                 let mut state = shared.state.lock();
                 match state.entries.get_mut(&(self.at, id)) {
-                    Some(waker) => {
+                    Some(Sleeper { waker, .. }) => {
                         if !waker.will_wake(cx.waker()) {
                             waker.clone_from(cx.waker());
                         }
@@ -272,6 +305,47 @@ mod tests {
         let waker = flag.waker();
         assert!(reg.poll(&mut Context::from_waker(&waker)));
         reg
+    }
+
+    #[test]
+    fn behind_a_backlog_in_its_runtime_a_sleeper_is_left_to_tokios_timer() {
+        let timer = Timer::start();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let (calm, crowded) = (Arc::new(Flag::default()), Arc::new(Flag::default()));
+        let at = Instant::now() + Duration::from_millis(10);
+        let _calm_reg = {
+            let _in = rt.enter();
+            register(&timer, at, &calm)
+        };
+        assert!(
+            calm.wait(Duration::from_secs(5)).is_some(),
+            "a calm runtime's sleeper is woken"
+        );
+
+        // Tasks spawned from outside a runtime that is not running wait in its
+        // global queue.
+        for _ in 0..=BACKLOG {
+            drop(rt.spawn(async {}));
+        }
+        assert!(rt.metrics().global_queue_depth() > BACKLOG);
+        let at = Instant::now() + Duration::from_millis(10);
+        let _crowded_reg = {
+            let _in = rt.enter();
+            register(&timer, at, &crowded)
+        };
+        let limit = Instant::now() + Duration::from_secs(5);
+        while timer.entries() > 0 && Instant::now() < limit {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(timer.entries(), 0, "the deadline passed and the entry left");
+        assert_eq!(
+            crowded.wait(Duration::from_millis(50)),
+            None,
+            "not woken from here"
+        );
     }
 
     #[test]
