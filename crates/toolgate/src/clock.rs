@@ -18,6 +18,10 @@
 //! due sleepers. It is woken only when a new earliest deadline is registered, so
 //! sleeping waiters cost no CPU; a dropped sleep removes its deadline.
 //!
+//! A wake from that thread lands at the back of the runtime's global queue; when
+//! that queue holds a backlog (a burst of new tasks), the timer leaves the wake to
+//! tokio's, which runs on a worker ahead of it (see `timer.rs`).
+//!
 //! The sleep still arms tokio's timer as well and completes when either fires, but
 //! only once tokio's clock (the one [`SystemClock::now`] reads) has reached the
 //! deadline. On the real clock both are the same monotonic clock and the precise
