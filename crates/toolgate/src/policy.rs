@@ -281,7 +281,7 @@ fn fast_path(quotas: &[Arc<Quota>]) -> Option<Arc<crate::quota::Cell>> {
         return None;
     };
     match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow) {
-        (Slot::Single(cell), Kind::Bucket(_), CostOf::Requests, false) if cell.fast().is_some() => {
+        (Slot::Single(cell), Kind::Bucket(_), CostOf::Requests, false) if cell.enable_fast() => {
             Some(cell.clone())
         }
         _ => None,

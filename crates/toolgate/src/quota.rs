@@ -81,10 +81,15 @@ pub(crate) struct Cell {
 /// word locked, which sends every call through the general path and its FIFO
 /// order). A fast admission that finds the word locked falls back to the general
 /// path; one whose compare-and-swap loses to a lock taker retries and sees `LOCKED`.
+///
+/// Only the cells of tools that take the fast path use the word (see
+/// [`Cell::enable_fast`]); for the others it stays `LOCKED` and taking the lock costs
+/// nothing more.
 #[derive(Debug)]
 pub(crate) struct FastBucket {
     pub(crate) word: AtomicU64,
     pub(crate) form: WordForm,
+    enabled: AtomicBool,
 }
 
 /// The cell's lock, held: also carries the fast path's word in and out.
@@ -335,11 +340,11 @@ impl Cell {
     /// A cell of an unpartitioned quota: a bucket also gets the lock-free form.
     pub(crate) fn single(def: &QuotaDef, limiter: Limiter) -> Self {
         let fast = match (def.kind, &limiter) {
-            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.word_form().map(|form| {
-                let word = form.to_word(*tat).unwrap_or(FastBucket::LOCKED);
+            (Kind::Bucket(g), Limiter::Bucket(_)) => g.word_form().map(|form| {
                 Box::new(FastBucket {
-                    word: AtomicU64::new(word),
+                    word: AtomicU64::new(FastBucket::LOCKED),
                     form,
+                    enabled: AtomicBool::new(false),
                 })
             }),
             _ => None,
@@ -352,7 +357,10 @@ impl Cell {
 
     pub(crate) fn lock(&self) -> CellGuard<'_> {
         let mut guard = self.state.lock();
-        let fast = self.fast.as_deref();
+        let fast = self
+            .fast
+            .as_deref()
+            .filter(|f| f.enabled.load(Ordering::Acquire));
         if let Some(f) = fast {
             let word = f.word.swap(FastBucket::LOCKED, Ordering::AcqRel);
             if word != FastBucket::LOCKED {
@@ -362,9 +370,31 @@ impl Cell {
         CellGuard { guard, fast }
     }
 
-    /// The lock-free form of the cell's bucket, if it has one.
+    /// The lock-free form of the cell's bucket, if it has one. Its word stays
+    /// `LOCKED` (so [`FastBucket::try_charge`] defers to the general path) unless
+    /// [`Cell::enable_fast`] put it in use.
+    #[inline]
     pub(crate) fn fast(&self) -> Option<&FastBucket> {
         self.fast.as_deref()
+    }
+
+    /// Puts the cell's bucket in its lock-free form from now on, for a tool that
+    /// takes the fast path; `false` if it has none. The state moves into the word the
+    /// next time the lock is let go.
+    pub(crate) fn enable_fast(&self) -> bool {
+        let Some(f) = self.fast.as_deref() else {
+            return false;
+        };
+        if !f.enabled.load(Ordering::Acquire) {
+            {
+                let _held = self.state.lock();
+                f.enabled.store(true, Ordering::Release);
+            }
+            // Taken and let go once more, now in the lock-free form: the state goes
+            // into the word.
+            drop(self.lock());
+        }
+        true
     }
 
     /// The key that orders lock acquisition.
@@ -688,6 +718,52 @@ impl ConcWaiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn word(cell: &Cell) -> u64 {
+        cell.fast().unwrap().word.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn the_word_holds_the_bucket_only_while_it_is_in_use_and_nobody_waits() {
+        let def = QuotaDef::rate(
+            "tools.t.rate".into(),
+            Rate::per_second(2).unwrap(),
+            Some(2),
+            WindowKind::Bucket,
+        );
+        let cell = Cell::single(&def, def.fresh(0));
+        // Not in use: the lock keeps the state, the fast path defers.
+        assert_eq!(word(&cell), FastBucket::LOCKED);
+        assert!(!cell.fast().unwrap().try_charge(1, 0));
+        drop(cell.lock());
+        assert_eq!(word(&cell), FastBucket::LOCKED);
+
+        assert!(cell.enable_fast());
+        assert_ne!(word(&cell), FastBucket::LOCKED);
+        assert!(cell.fast().unwrap().try_charge(1, 0));
+        // The lock carries the charge out of the word and back.
+        {
+            let g = cell.lock();
+            assert_eq!(word(&cell), FastBucket::LOCKED);
+            assert_eq!(def.available(&g.limiter, 0), 1);
+        }
+        assert!(cell.fast().unwrap().try_charge(1, 0));
+        assert!(!cell.fast().unwrap().try_charge(1, 0));
+        // A waiter's reservation keeps the word locked until it is settled.
+        {
+            let mut g = cell.lock();
+            g.pending = Some(Box::default());
+        }
+        assert_eq!(word(&cell), FastBucket::LOCKED);
+        {
+            let mut g = cell.lock();
+            g.settle(&def, 0);
+            assert!(g.pending.is_none());
+        }
+        assert_ne!(word(&cell), FastBucket::LOCKED);
+        assert!(!cell.fast().unwrap().try_charge(1, 0));
+        assert!(cell.fast().unwrap().try_charge(1, 500_000_000));
+    }
 
     #[test]
     fn a_partition_costs_at_most_64_bytes_of_quota_state() {
