@@ -135,16 +135,7 @@ impl Builder {
             });
         }
         let compiled = Compiled::new(self.policy.config(), &store.key_prefix)?;
-        let fallback = match store.on_store_error {
-            OnStoreError::Local => {
-                let p = scaled_policy(self.policy.config(), store.local_share)?;
-                Some(match &self.clock {
-                    Some(c) => Engine::with_clock(p, c.clone()),
-                    None => Engine::new(p),
-                })
-            }
-            _ => None,
-        };
+        let fallback = fallback_engine(&store, &self.policy, self.clock.as_ref())?;
         let conn = Conn::connect(&store.url, store.timeout).await?;
         let inner = Inner {
             conn,
@@ -487,16 +478,7 @@ impl Inner {
     pub(crate) fn reconfigured(&self, policy: Policy) -> Result<Self, StoreError> {
         let store = &self.store;
         let compiled = Compiled::new(policy.config(), &store.key_prefix)?;
-        let fallback = match store.on_store_error {
-            OnStoreError::Local => {
-                let p = scaled_policy(policy.config(), store.local_share)?;
-                Some(match &self.clock {
-                    Some(c) => Engine::with_clock(p, c.clone()),
-                    None => Engine::new(p),
-                })
-            }
-            _ => None,
-        };
+        let fallback = fallback_engine(store, &policy, self.clock.as_ref())?;
         Ok(Self {
             conn: self.conn.clone(),
             compiled,
@@ -518,6 +500,28 @@ impl Inner {
             embedded: self.embedded,
         })
     }
+}
+
+/// The in-process engine of `on_store_error = "local"`, if that is the mode.
+///
+/// Its own metrics go to a no-op recorder: the gate counts every decision, the
+/// fallback's included, so the engine counting them as well would count them twice.
+fn fallback_engine(
+    store: &StoreConfig,
+    policy: &Policy,
+    clock: Option<&Arc<dyn toolgate::Clock>>,
+) -> Result<Option<Engine>, StoreError> {
+    if store.on_store_error != OnStoreError::Local {
+        return Ok(None);
+    }
+    let p = scaled_policy(policy.config(), store.local_share)?;
+    Ok(Some(metrics::with_local_recorder(
+        &metrics::NoopRecorder,
+        || match clock {
+            Some(c) => Engine::with_clock(p, c.clone()),
+            None => Engine::new(p),
+        },
+    )))
 }
 
 fn record(tool: &str, result: &Result<RedisPermit, Rejection>) {

@@ -184,3 +184,51 @@ async fn local_uses_its_share_while_redis_is_down() {
         hung_and_resumed("local").await;
     }
 }
+
+/// While Redis is down, `local` decides in an in-process engine; each decision is
+/// still counted once (by the gate), not a second time by that engine.
+#[test]
+fn the_local_fallback_counts_each_decision_once() {
+    if !redis_available() {
+        return;
+    }
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let admitted = metrics::with_local_recorder(&recorder, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut server = RedisServer::start();
+            let gate = gate(&server, "local").await;
+            server.kill();
+            let mut admitted = 0;
+            for _ in 0..3 {
+                let p = timed(&gate).await.expect("the local share admits");
+                assert_eq!(p.source(), Source::Local);
+                admitted += 1;
+                drop(p);
+            }
+            admitted
+        })
+    });
+    let counted: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, _)| {
+            let key = key.key();
+            key.name() == "toolgate_admissions_total"
+                && key.labels().any(|l| l.key() == "tool" && l.value() == "t")
+                && key
+                    .labels()
+                    .any(|l| l.key() == "decision" && l.value() == "admitted")
+        })
+        .map(|(_, _, _, value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => n,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(counted, admitted);
+}
