@@ -6,7 +6,7 @@
 //! ([`Backoff`]: exponential with full jitter, so synchronised clients spread out);
 //! and a fleet-wide brake stops retry storms ([`RetryBudget`]: retries limited to a
 //! fraction of recent calls plus a small floor, as in gRPC retry throttling).
-//! [`classify`] maps an attempt's result to what may follow it.
+//! [`classify()`] maps an attempt's result to what may follow it.
 //!
 //! Retries are only ever for idempotent tools or calls with an idempotency key, and
 //! every attempt passes admission again: no rejected call is ever replayed implicitly.
