@@ -231,6 +231,12 @@ impl ToolRuntime {
         Ok(plan)
     }
 
+    /// Counts a refusal and hands back its rejection.
+    pub(crate) fn refuse(&self, denied: Denied, tenant: Option<&str>) -> Rejection {
+        self.stats.on_reject(&denied.rejection, tenant);
+        denied.rejection
+    }
+
     /// Admits `call` now or says why not; never waits.
     pub(crate) fn try_admit(
         self: &Arc<Self>,
@@ -245,6 +251,16 @@ impl ToolRuntime {
                 Duration::ZERO,
             ));
         }
+        self.try_admit_general(call, now)
+    }
+
+    /// [`ToolRuntime::try_admit`] once the fast path has been tried (or cannot
+    /// apply): the gates, then every quota of the call.
+    pub(crate) fn try_admit_general(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Permit, Denied> {
         self.pause_gate(now)?;
         let spread = self.spread_gate(now)?;
         let probe = self
@@ -379,11 +395,18 @@ impl ToolRuntime {
     /// `false` leaves the decision to the general path.
     #[inline]
     pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        if self.breaker.is_some() || !self.stats.unshaped(now) || !self.try_fast(call, now) {
+        if !self.ungated(now) || !self.try_fast(call, now) {
             return false;
         }
         self.stats.on_admit_now(call.tenant);
         true
+    }
+
+    /// Whether no gate (breaker, upstream pause or spreading) has a say at `now`: the
+    /// fast path may then decide alone.
+    #[inline]
+    fn ungated(&self, now: Nanos) -> bool {
+        self.breaker.is_none() && self.stats.unshaped(now)
     }
 
     /// Gives back a half-open probe slot whose call never ran.
@@ -394,7 +417,9 @@ impl ToolRuntime {
     }
 
     fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
-        if self.try_fast(call, now) {
+        // The gates have let the call through: the bucket's compare-and-swap, unless
+        // `try_admit_fast` tried it already (it does when no gate had a say).
+        if !self.ungated(now) && self.try_fast(call, now) {
             self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::new(
                 Some(self.clone()),

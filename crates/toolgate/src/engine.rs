@@ -184,10 +184,8 @@ impl Engine {
             return Err(self.needs_async(tool, call));
         }
         let now = self.inner.core.now();
-        tool.try_admit(call, now).map_err(|d| {
-            tool.stats.on_reject(&d.rejection, call.tenant);
-            d.rejection
-        })
+        tool.try_admit(call, now)
+            .map_err(|d| tool.refuse(d, call.tenant))
     }
 
     /// Admits `call`, waiting in FIFO order when the tool's `on_limit` is `"wait"` or
@@ -367,8 +365,7 @@ impl Engine {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
                     if let Err(d) = t.pause_gate(now).and_then(|()| t.spread_gate(now)) {
-                        t.stats.on_reject(&d.rejection, call.tenant);
-                        return Err(d.rejection);
+                        return Err(t.refuse(d, call.tenant));
                     }
                     // A reservation never runs as a half-open probe: anything but a
                     // closed (or admitting degraded) circuit refuses it.
@@ -386,8 +383,7 @@ impl Engine {
                             return Err(r);
                         }
                         Err(d) => {
-                            t.stats.on_reject(&d.rejection, call.tenant);
-                            return Err(d.rejection);
+                            return Err(t.refuse(d, call.tenant));
                         }
                     }
                     let plan = t
@@ -623,10 +619,8 @@ impl ToolHandle {
                     return Err(self.engine.needs_async(tool, call));
                 }
                 let now = inner.core.now();
-                tool.try_admit(call, now).map_err(|d| {
-                    tool.stats.on_reject(&d.rejection, call.tenant);
-                    d.rejection
-                })
+                tool.try_admit(call, now)
+                    .map_err(|d| tool.refuse(d, call.tenant))
             }
             _ => self.engine.try_admit(&Call {
                 tool: &self.name,
@@ -653,6 +647,10 @@ impl ToolHandle {
                 if tool.try_admit_fast(call, now) {
                     return Ok(ScopedPermit::fast(tool, now));
                 }
+                return tool
+                    .try_admit_general(call, now)
+                    .map(ScopedPermit::owned)
+                    .map_err(|d| tool.refuse(d, call.tenant));
             }
         }
         self.try_admit(call).map(ScopedPermit::owned)
