@@ -85,7 +85,10 @@ impl Step<'_> {
     pub(crate) fn held(&self) -> Held {
         Held {
             quota: self.quota.clone(),
-            cell: self.cell.get().clone(),
+            partition: match &self.cell {
+                CellRef::Shared(_) => None,
+                CellRef::Owned(cell) => Some(cell.clone()),
+            },
             cost: self.cost,
             kept: None,
         }

@@ -52,13 +52,29 @@ pub(crate) type Held2 = smallvec::SmallVec<[Held; 2]>;
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) quota: Arc<Quota>,
-    pub(crate) cell: Arc<Cell>,
+    /// The tenant partition's cell; `None` for an unpartitioned quota, whose one
+    /// cell the quota holds (no second reference count to take and give back).
+    pub(crate) partition: Option<Arc<Cell>>,
     pub(crate) cost: u64,
     /// For the parts of one reservation charged together on a bucket: the refill
     /// (in the bucket's units) that parts given back before have already kept back,
     /// shared so that giving back every part keeps the refill back once (see
     /// [`Permit::cancel`]). `None`: the part is the whole charge.
     pub(crate) kept: Option<Arc<crate::sync::Mutex<u128>>>,
+}
+
+// === impl Held ===
+
+impl Held {
+    /// The cell the part was charged to.
+    pub(crate) fn cell(&self) -> &Arc<Cell> {
+        match (&self.partition, &self.quota.slot) {
+            (Some(cell), _) | (None, crate::quota::Slot::Single(cell)) => cell,
+            (None, crate::quota::Slot::Partitioned(_)) => {
+                unreachable!("a part of a partitioned quota keeps its partition's cell")
+            }
+        }
+    }
 }
 
 // === impl Permit ===
@@ -152,7 +168,7 @@ impl Permit {
         let core = &tool.core;
         for h in std::mem::take(&mut self.held) {
             match h.quota.def.kind {
-                Kind::Concurrency(_) => h.cell.lock().release(h.cost),
+                Kind::Concurrency(_) => h.cell().lock().release(h.cost),
                 Kind::Bucket(_) => {
                     let kept = h
                         .kept
@@ -160,11 +176,12 @@ impl Permit {
                         .unwrap_or_else(|| Arc::new(crate::sync::Mutex::new(0)));
                     core.reconcile(&h, 0, Some((self.admitted_at, &kept)));
                 }
-                Kind::Sliding(_) => {
-                    h.cell
-                        .lock()
-                        .unrecord(&h.quota.def, self.admitted_at, h.cost, core.clock.now())
-                }
+                Kind::Sliding(_) => h.cell().lock().unrecord(
+                    &h.quota.def,
+                    self.admitted_at,
+                    h.cost,
+                    core.clock.now(),
+                ),
             }
         }
         if self.probe {
@@ -189,7 +206,7 @@ impl Permit {
             let core = &tool.core;
             for h in std::mem::take(&mut self.held) {
                 match (h.quota.def.kind, h.quota.def.cost_of) {
-                    (Kind::Concurrency(_), _) => h.cell.lock().release(h.cost),
+                    (Kind::Concurrency(_), _) => h.cell().lock().release(h.cost),
                     (_, CostOf::Tokens) => {
                         if let Some(actual) = completion.and_then(|c| c.tokens) {
                             core.reconcile(&h, actual, None);

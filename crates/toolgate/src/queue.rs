@@ -270,7 +270,7 @@ impl Core {
         }
         let now = self.clock.now();
         {
-            let mut g = h.cell.lock();
+            let mut g = h.cell().lock();
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);
@@ -279,7 +279,7 @@ impl Core {
         let mut sched = self.sched.lock();
         let now = self.clock.now();
         let first = {
-            let mut g = h.cell.lock();
+            let mut g = h.cell().lock();
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);
@@ -293,7 +293,7 @@ impl Core {
                     seq,
                     Pend::Debt {
                         quota: h.quota.clone(),
-                        cell: h.cell.clone(),
+                        cell: h.cell().clone(),
                         cost: actual - h.cost,
                         at,
                     },
@@ -306,8 +306,8 @@ impl Core {
             return;
         };
         let refund = h.cost - actual;
-        let target = h.cell.order();
-        let seeds = [(h.quota.clone(), h.cell.clone())];
+        let target = h.cell().order();
+        let seeds = [(h.quota.clone(), h.cell().clone())];
         sched.replan(&*self.clock, &seeds, first, None, |guards, order, now| {
             if let Ok(i) = order.binary_search(&target) {
                 guards[i].refund(def, refund, since, now);
@@ -567,7 +567,7 @@ impl Drop for WaitGuard<'_> {
 impl Drop for ConcHold {
     fn drop(&mut self) {
         for h in self.held.drain(..) {
-            h.cell.lock().release(h.cost);
+            h.cell().lock().release(h.cost);
         }
     }
 }

@@ -446,3 +446,47 @@ fn available_reads_one_quota_of_one_tool_for_one_tenant() {
     clock.advance(std::time::Duration::from_millis(500));
     assert_eq!(engine.available("t", "tools.t.rate", None), Some(2));
 }
+
+#[test]
+fn a_permit_gives_back_to_its_own_tenants_partition() {
+    let (engine, _clock) =
+        engine("[tools.db]\nconcurrency = 1\ntokens = \"100/h\"\npartition = \"tenant\"");
+    let a = engine
+        .try_admit(&Call::new("db").tenant("a").tokens(60))
+        .unwrap();
+    assert_rejected(
+        engine.try_admit(&Call::new("db").tenant("a").tokens(1)),
+        "concurrency_limited",
+        "tools.db.concurrency",
+        None,
+    );
+    let b = engine
+        .try_admit(&Call::new("db").tenant("b").tokens(60))
+        .unwrap();
+    // The actual count is 10: 50 tokens go back to tenant a's budget, none to b's.
+    a.complete(Completion::success().tokens(10));
+    assert_eq!(
+        quota_of(&engine, "db", Some("a"), "tools.db.tokens").available,
+        Some(90)
+    );
+    assert_eq!(
+        quota_of(&engine, "db", Some("b"), "tools.db.tokens").available,
+        Some(40)
+    );
+    assert_eq!(
+        quota_of(&engine, "db", Some("a"), "tools.db.concurrency").available,
+        Some(1)
+    );
+    assert_eq!(
+        quota_of(&engine, "db", Some("b"), "tools.db.concurrency").available,
+        Some(0)
+    );
+    drop(b);
+    assert_eq!(
+        quota_of(&engine, "db", Some("b"), "tools.db.concurrency").available,
+        Some(1)
+    );
+    assert!(engine
+        .try_admit(&Call::new("db").tenant("a").tokens(90))
+        .is_ok());
+}
