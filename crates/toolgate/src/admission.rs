@@ -398,7 +398,7 @@ impl ToolRuntime {
     /// `false` leaves the decision to the general path.
     #[inline]
     pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        if !self.ungated(now) || !self.try_fast(call, now) {
+        if self.fast.is_none() || !self.ungated(now) || !self.try_fast(call, now) {
             return false;
         }
         self.stats.on_admit_now(call.tenant);
@@ -422,7 +422,7 @@ impl ToolRuntime {
     fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
         // The gates have let the call through: the bucket's compare-and-swap, unless
         // `try_admit_fast` tried it already (it does when no gate had a say).
-        if !self.ungated(now) && self.try_fast(call, now) {
+        if self.fast.is_some() && !self.ungated(now) && self.try_fast(call, now) {
             self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::new(
                 Some(self.clone()),
