@@ -355,6 +355,7 @@ impl Cell {
         }
     }
 
+    #[inline]
     pub(crate) fn lock(&self) -> CellGuard<'_> {
         let mut guard = self.state.lock();
         let fast = self
@@ -362,10 +363,7 @@ impl Cell {
             .as_deref()
             .filter(|f| f.enabled.load(Ordering::Acquire));
         if let Some(f) = fast {
-            let word = f.word.swap(FastBucket::LOCKED, Ordering::AcqRel);
-            if word != FastBucket::LOCKED {
-                guard.limiter = Limiter::Bucket(f.form.to_tat(word));
-            }
+            f.take_out(&mut guard);
         }
         CellGuard { guard, fast }
     }
@@ -409,6 +407,30 @@ impl FastBucket {
     /// The word while the state lives under the lock (never a reachable state: it
     /// would be a bucket 584 years into the clock at one unit per nanosecond).
     pub(crate) const LOCKED: u64 = u64::MAX;
+
+    /// Moves the state from the word into `state`, leaving the word `LOCKED` (the
+    /// lock is being taken).
+    #[inline(never)]
+    fn take_out(&self, state: &mut CellState) {
+        let word = self.word.swap(Self::LOCKED, Ordering::AcqRel);
+        if word != Self::LOCKED {
+            state.limiter = Limiter::Bucket(self.form.to_tat(word));
+        }
+    }
+
+    /// Moves the state back into the word (the lock is being let go), unless
+    /// waiters hold reservations or the state has no one-word form.
+    #[inline(never)]
+    fn put_back(&self, state: &CellState) {
+        if state.pending.is_some() {
+            return;
+        }
+        if let Limiter::Bucket(tat) = &state.limiter {
+            if let Some(word) = self.form.to_word(*tat).filter(|w| *w != Self::LOCKED) {
+                self.word.store(word, Ordering::Release);
+            }
+        }
+    }
 
     /// Admits `cost` at `now` with one compare-and-swap, or says that the general
     /// path must decide: `false` on a rejection too (which the general path then
@@ -454,17 +476,10 @@ impl std::ops::DerefMut for CellGuard<'_> {
 }
 
 impl Drop for CellGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
-        let Some(f) = self.fast else {
-            return;
-        };
-        if self.guard.pending.is_some() {
-            return;
-        }
-        if let Limiter::Bucket(tat) = &self.guard.limiter {
-            if let Some(word) = f.form.to_word(*tat).filter(|w| *w != FastBucket::LOCKED) {
-                f.word.store(word, Ordering::Release);
-            }
+        if let Some(f) = self.fast {
+            f.put_back(&self.guard);
         }
     }
 }
