@@ -12,6 +12,8 @@
 //! has share one overflow lane with `fetch_add`, so nothing is ever lost.
 
 use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -29,12 +31,13 @@ thread_local! {
 
 /// Lane indices free for the taking, lowest first, and the next never used one.
 static POOL: Mutex<Pool> = Mutex::new(Pool {
-    free: Vec::new(),
+    free: BinaryHeap::new(),
     next: 0,
 });
 
 struct Pool {
-    free: Vec<usize>,
+    /// Lowest first, so that lanes stay dense and few.
+    free: BinaryHeap<Reverse<usize>>,
     next: usize,
 }
 
@@ -45,10 +48,7 @@ impl Drop for LaneReturn {
     fn drop(&mut self) {
         let lane = LANE.replace(EXITED);
         if lane < EXITED {
-            let mut pool = POOL.lock();
-            pool.free.push(lane);
-            // Lowest first, so that lanes stay dense and few.
-            pool.free.sort_unstable_by(|a, b| b.cmp(a));
+            POOL.lock().free.push(Reverse(lane));
         }
     }
 }
@@ -73,10 +73,13 @@ fn claim() -> usize {
     }
     let lane = {
         let mut pool = POOL.lock();
-        pool.free.pop().unwrap_or_else(|| {
-            pool.next += 1;
-            pool.next - 1
-        })
+        pool.free
+            .pop()
+            .map(|Reverse(lane)| lane)
+            .unwrap_or_else(|| {
+                pool.next += 1;
+                pool.next - 1
+            })
     };
     LANE.set(lane);
     lane
@@ -106,12 +109,6 @@ pub(crate) struct Tally {
     lines: Box<[Line]>,
     /// Shared by the threads whose lane lies beyond `lines`.
     overflow: Line,
-}
-
-impl Default for Tally {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl Tally {
@@ -152,29 +149,25 @@ impl Tally {
         self.bump(|l| &l.finished);
     }
 
-    /// Calls admitted so far.
-    pub(crate) fn admitted(&self) -> u64 {
+    /// The sum of one count over every line.
+    fn sum(&self, field: fn(&Line) -> &AtomicU64) -> u64 {
         self.lines
             .iter()
             .chain([&self.overflow])
-            .fold(0u64, |n, l| {
-                n.wrapping_add(l.admitted.load(Ordering::Relaxed))
-            })
+            .fold(0, |n, l| n.wrapping_add(field(l).load(Ordering::Relaxed)))
+    }
+
+    /// Calls admitted so far.
+    pub(crate) fn admitted(&self) -> u64 {
+        self.sum(|l| &l.admitted)
     }
 
     /// Calls admitted and not finished yet (a snapshot: lanes are read one after
     /// another, so a call finished on another thread meanwhile may show early).
     pub(crate) fn in_flight(&self) -> u64 {
-        let finished = self
-            .lines
-            .iter()
-            .chain([&self.overflow])
-            .fold(0u64, |n, l| {
-                n.wrapping_add(l.finished.load(Ordering::Relaxed))
-            });
-        let admitted = self.admitted();
+        let finished = self.sum(|l| &l.finished);
         // Read after the finished counts, so that it covers every finished call.
-        let diff = admitted.wrapping_sub(finished);
+        let diff = self.admitted().wrapping_sub(finished);
         if diff > u64::MAX / 2 {
             0
         } else {
