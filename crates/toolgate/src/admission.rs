@@ -247,12 +247,7 @@ impl ToolRuntime {
         now: Nanos,
     ) -> Result<Permit, Denied> {
         if self.try_admit_fast(call, now) {
-            return Ok(Permit::new(
-                Some(self.clone()),
-                Held2::new(),
-                now,
-                Duration::ZERO,
-            ));
+            return Ok(Permit::immediate(Some(self.clone()), now));
         }
         self.try_admit_general(call, now)
     }
@@ -398,10 +393,13 @@ impl ToolRuntime {
     /// `false` leaves the decision to the general path.
     #[inline]
     pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        if self.fast.is_none() || !self.ungated(now) || !self.try_fast(call, now) {
+        let Some(bucket) = self.fast_bucket() else {
+            return false;
+        };
+        if !self.ungated(now) || !bucket.try_charge(call.count, now) {
             return false;
         }
-        self.stats.on_admit_now(call.tenant);
+        self.stats.on_admit(Duration::ZERO, call.tenant);
         true
     }
 
@@ -422,14 +420,10 @@ impl ToolRuntime {
     fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
         // The gates have let the call through: the bucket's compare-and-swap, unless
         // `try_admit_fast` tried it already (it does when no gate had a say).
-        if self.fast.is_some() && !self.ungated(now) && self.try_fast(call, now) {
+        let bucket = self.fast_bucket().filter(|_| !self.ungated(now));
+        if bucket.is_some_and(|b| b.try_charge(call.count, now)) {
             self.on_admit(Duration::ZERO, call.tenant);
-            return Ok(Permit::new(
-                Some(self.clone()),
-                Held2::new(),
-                now,
-                Duration::ZERO,
-            ));
+            return Ok(Permit::immediate(Some(self.clone()), now));
         }
         let plan = self.plan(call, now).map_err(|rejection| Denied {
             rejection,
@@ -453,16 +447,13 @@ impl ToolRuntime {
         Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
     }
 
-    /// The fast path of a tool governed by exactly one unpartitioned, enforced
-    /// request bucket (the common case): one compare-and-swap, no lock, no plan.
-    /// Returns false whenever the general path must decide (including every
-    /// rejection, and while waiters hold reservations on the bucket).
+    /// The one-word bucket of a tool governed by exactly one unpartitioned, enforced
+    /// request bucket (the common case), whose `try_charge` admits with one
+    /// compare-and-swap, no lock and no plan, and says false whenever the general
+    /// path must decide (every rejection, and while waiters hold reservations).
     #[inline]
-    fn try_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
-        self.fast
-            .as_deref()
-            .and_then(Cell::fast)
-            .is_some_and(|f| f.try_charge(call.count, now))
+    fn fast_bucket(&self) -> Option<&crate::quota::FastBucket> {
+        self.fast.as_deref().and_then(Cell::fast)
     }
 
     /// Computes the decision of the shadow quotas: charges them if they would admit,

@@ -177,14 +177,22 @@ impl Engine {
     /// A [`Rejection`] naming the quota that said no; nothing was consumed.
     pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
         let compiled = self.inner.compiled.load();
-        let Some(tool) = compiled.tools.get(call.tool) else {
-            return self.unknown(&compiled, call);
-        };
+        match compiled.tools.get(call.tool) {
+            Some(tool) => self.try_admit_tool(tool, call),
+            None => self.unknown(&compiled, call),
+        }
+    }
+
+    /// [`Engine::try_admit`] for a tool already looked up.
+    fn try_admit_tool(
+        &self,
+        tool: &Arc<ToolRuntime>,
+        call: &Call<'_>,
+    ) -> Result<Permit, Rejection> {
         if self.inner.core.store.is_some() {
             return Err(self.needs_async(tool, call));
         }
-        let now = self.inner.core.now();
-        tool.try_admit(call, now)
+        tool.try_admit(call, self.inner.core.now())
             .map_err(|d| tool.refuse(d, call.tenant))
     }
 
@@ -447,7 +455,7 @@ impl Engine {
         let mut permits = Vec::with_capacity(calls.len());
         for ((call, tool), plan) in calls.iter().zip(&tools).zip(&plans) {
             let Some(tool) = tool else {
-                permits.push(Permit::new(None, Held2::new(), now, Duration::ZERO));
+                permits.push(Permit::immediate(None, now));
                 continue;
             };
             // A reservation's permits keep every part they charged, so that an unused
@@ -570,12 +578,7 @@ impl Engine {
     fn unknown(&self, compiled: &Compiled, call: &Call<'_>) -> Result<Permit, Rejection> {
         let stats = &compiled.unknown_stats;
         match compiled.unknown {
-            UnknownTools::Allow => Ok(Permit::new(
-                None,
-                Held2::new(),
-                self.inner.core.clock.now(),
-                Duration::ZERO,
-            )),
+            UnknownTools::Allow => Ok(Permit::immediate(None, self.inner.core.now())),
             UnknownTools::Deny => {
                 let r = Rejection::new(call.tool, "unknown_tools", Reason::UnknownTool, None);
                 stats.on_reject(&r, call.tenant);
@@ -610,19 +613,9 @@ impl ToolHandle {
     ///
     /// A [`Rejection`]; nothing was consumed.
     pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        let inner = &self.engine.inner;
-        match &self.cached {
-            Some((generation, tool))
-                if *generation == inner.generation.load(std::sync::atomic::Ordering::Acquire) =>
-            {
-                if inner.core.store.is_some() {
-                    return Err(self.engine.needs_async(tool, call));
-                }
-                let now = inner.core.now();
-                tool.try_admit(call, now)
-                    .map_err(|d| tool.refuse(d, call.tenant))
-            }
-            _ => self.engine.try_admit(&Call {
+        match self.current() {
+            Some(tool) => self.engine.try_admit_tool(tool, call),
+            None => self.engine.try_admit(&Call {
                 tool: &self.name,
                 ..*call
             }),
@@ -638,22 +631,37 @@ impl ToolHandle {
     /// A [`Rejection`]; nothing was consumed.
     #[inline]
     pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
-        let inner = &self.engine.inner;
-        if let Some((generation, tool)) = &self.cached {
-            if *generation == inner.generation.load(std::sync::atomic::Ordering::Acquire)
-                && inner.core.store.is_none()
-            {
-                let now = inner.core.now();
+        let core = &self.engine.inner.core;
+        match self.current() {
+            Some(tool) if core.store.is_none() => {
+                let now = core.now();
                 if tool.try_admit_fast(call, now) {
                     return Ok(ScopedPermit::fast(tool, now));
                 }
-                return tool
-                    .try_admit_general(call, now)
+                tool.try_admit_general(call, now)
                     .map(ScopedPermit::owned)
-                    .map_err(|d| tool.refuse(d, call.tenant));
+                    .map_err(|d| tool.refuse(d, call.tenant))
             }
+            _ => self.try_admit(call).map(ScopedPermit::owned),
         }
-        self.try_admit(call).map(ScopedPermit::owned)
+    }
+
+    /// The resolved tool, while the policy it was resolved in is still in force.
+    #[inline]
+    fn current(&self) -> Option<&Arc<ToolRuntime>> {
+        match &self.cached {
+            Some((generation, tool))
+                if *generation
+                    == self
+                        .engine
+                        .inner
+                        .generation
+                        .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                Some(tool)
+            }
+            _ => None,
+        }
     }
 }
 

@@ -84,18 +84,9 @@ impl ToolStats {
         }
     }
 
-    /// Counts an admission that did not wait (the fast path's).
+    /// Counts an admission. Inlined into the fast path, where `waited` is zero and
+    /// the histogram drops out.
     #[inline(always)]
-    pub(crate) fn on_admit_now(&self, tenant: Option<&str>) {
-        self.calls.admit();
-        self.metrics.admitted.increment(1);
-        self.metrics.in_flight.increment(1.0);
-        if tracing::enabled!(target: "toolgate::decision", tracing::Level::DEBUG) {
-            self.trace_admit(Duration::ZERO, tenant);
-        }
-    }
-
-    #[inline]
     pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
         self.calls.admit();
         self.metrics.admitted.increment(1);

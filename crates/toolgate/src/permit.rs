@@ -97,6 +97,12 @@ impl Permit {
         }
     }
 
+    /// A permit that keeps no part of any quota, for a call admitted at `at`
+    /// without waiting.
+    pub(crate) fn immediate(tool: Option<Arc<ToolRuntime>>, at: Nanos) -> Self {
+        Self::new(tool, Held2::new(), at, Duration::ZERO)
+    }
+
     /// Adds what a shared store keeps for the call; the call is now admitted.
     pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>) -> Self {
         self.waited = self
@@ -321,12 +327,9 @@ impl<'a> ScopedPermit<'a> {
     /// An owned [`Permit`] for the same admission, to keep beyond the handle.
     pub fn into_owned(mut self) -> Permit {
         match std::mem::replace(&mut self.inner, Scoped::Moved) {
-            Scoped::Fast { tool, admitted_at } => Permit::new(
-                Some(tool.clone()),
-                Held2::new(),
-                admitted_at,
-                Duration::ZERO,
-            ),
+            Scoped::Fast { tool, admitted_at } => {
+                Permit::immediate(Some(tool.clone()), admitted_at)
+            }
             Scoped::Owned(p) => *p,
             Scoped::Moved => unreachable!("a permit is moved out only once, by value"),
         }

@@ -384,13 +384,10 @@ impl Cell {
             return false;
         };
         if !f.enabled.load(Ordering::Acquire) {
-            {
-                let _held = self.state.lock();
-                f.enabled.store(true, Ordering::Release);
-            }
-            // Taken and let go once more, now in the lock-free form: the state goes
-            // into the word.
-            drop(self.lock());
+            let state = self.state.lock();
+            f.enabled.store(true, Ordering::Release);
+            // The word is still `LOCKED`: the state under the lock goes into it.
+            f.put_back(&state);
         }
         true
     }
