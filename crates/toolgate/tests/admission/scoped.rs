@@ -3,9 +3,15 @@
 
 use std::time::Duration;
 
-use toolgate::{Call, Completion, Outcome};
+use toolgate::{Call, Completion, Engine, Outcome};
 
 use crate::support::{assert_rejected, engine, ms, quota};
+
+/// The tool's admitted total and calls in flight.
+fn counts(engine: &Engine, tool: &str) -> (u64, u64) {
+    let state = engine.tool_state(tool, None).unwrap();
+    (state.admitted, state.in_flight)
+}
 
 #[test]
 fn the_fast_path_admits_and_refills_exactly_as_the_policy_says() {
@@ -34,9 +40,7 @@ fn the_fast_path_admits_and_refills_exactly_as_the_policy_says() {
     assert!(engine.try_admit(&call).is_ok());
     assert!(t.try_admit_scoped(&call).is_ok());
     assert!(engine.try_admit(&call).is_err());
-    let state = engine.tool_state("lookup", None).unwrap();
-    assert_eq!(state.admitted, 5);
-    assert_eq!(state.in_flight, 0);
+    assert_eq!(counts(&engine, "lookup"), (5, 0));
 }
 
 #[test]
@@ -48,15 +52,13 @@ fn a_scoped_permit_counts_in_flight_until_dropped_or_completed() {
     let b = t.try_admit_scoped(&call).unwrap();
     assert_eq!(a.tool(), Some("t"));
     assert_eq!(a.waited(), Duration::ZERO);
-    assert_eq!(engine.tool_state("t", None).unwrap().in_flight, 2);
+    assert_eq!(counts(&engine, "t"), (2, 2));
     a.complete(Completion::success());
-    assert_eq!(engine.tool_state("t", None).unwrap().in_flight, 1);
+    assert_eq!(counts(&engine, "t"), (2, 1));
     let owned = b.into_owned();
-    assert_eq!(engine.tool_state("t", None).unwrap().in_flight, 1);
+    assert_eq!(counts(&engine, "t"), (2, 1));
     drop(owned);
-    let state = engine.tool_state("t", None).unwrap();
-    assert_eq!(state.in_flight, 0);
-    assert_eq!(state.admitted, 2);
+    assert_eq!(counts(&engine, "t"), (2, 0));
 }
 
 #[test]
@@ -156,5 +158,5 @@ fn threads_racing_on_the_fast_path_while_the_lock_is_taken_admit_exactly_the_bur
     });
     assert_eq!(admitted, 500);
     assert_eq!(quota(&engine, "t", "tools.t.rate").available, Some(0));
-    assert_eq!(engine.tool_state("t", None).unwrap().admitted, 500);
+    assert_eq!(counts(&engine, "t").0, 500);
 }
