@@ -31,7 +31,8 @@ pub(crate) struct Step<'a> {
     pub(crate) cell: CellRef<'a>,
     pub(crate) cost: u64,
     /// The quota's place in the tool's config (own quotas, then pools'): the
-    /// deterministic tie-break for which quota a rejection names.
+    /// deterministic tie-break for which quota a rejection names, and in a tool's
+    /// plan its index in [`ToolRuntime::quotas`], by which a permit keeps its part.
     pub(crate) rank: usize,
 }
 
@@ -84,7 +85,7 @@ impl Step<'_> {
 
     pub(crate) fn held(&self) -> Held {
         Held {
-            quota: self.quota.clone(),
+            index: self.rank,
             partition: match &self.cell {
                 CellRef::Shared(_) => None,
                 CellRef::Owned(cell) => Some(cell.clone()),
@@ -203,35 +204,55 @@ impl ToolRuntime {
     /// The quotas governing `call`, sorted in lock order.
     pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Rejection> {
         let mut plan = Plan::new();
-        for (rank, q) in self.quotas.iter().enumerate() {
-            let cost = match q.def.cost_of {
-                CostOf::Requests => call.count,
-                CostOf::Tokens => call.tokens,
-            };
-            if cost > q.def.capacity() {
-                return Err(self.rejection(q, Reason::CostExceedsCapacity, None));
-            }
-            let cell = match &q.slot {
-                Slot::Single(c) => CellRef::Shared(c),
-                Slot::Partitioned(parts) => {
-                    let tenant = call.tenant.unwrap_or("");
-                    let cell = parts
-                        .get(tenant, &q.def, now)
-                        .map_err(|_| self.rejection(q, Reason::RateLimited, None))?;
-                    CellRef::Owned(cell)
+        if let Some(order) = &self.lock_order {
+            for &rank in order.iter() {
+                match self.step(rank, call, now) {
+                    Ok(step) => plan.push(step),
+                    // Named in config order, as below.
+                    Err(_) => break,
                 }
-            };
-            plan.push(Step {
-                quota: q,
-                cell,
-                cost,
-                rank,
-            });
+            }
+            if plan.len() == order.len() {
+                return Ok(plan);
+            }
+            plan.clear();
+        }
+        for rank in 0..self.quotas.len() {
+            plan.push(self.step(rank, call, now)?);
         }
         if plan.len() > 1 {
             plan.sort_unstable_by_key(|s| s.cell.get().order());
         }
         Ok(plan)
+    }
+
+    /// The step of `call` on the quota at `rank`.
+    #[inline(always)]
+    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Rejection> {
+        let q = &self.quotas[rank];
+        let cost = match q.def.cost_of {
+            CostOf::Requests => call.count,
+            CostOf::Tokens => call.tokens,
+        };
+        if cost > q.def.capacity() {
+            return Err(self.rejection(q, Reason::CostExceedsCapacity, None));
+        }
+        let cell = match &q.slot {
+            Slot::Single(c) => CellRef::Shared(c),
+            Slot::Partitioned(parts) => {
+                let tenant = call.tenant.unwrap_or("");
+                let cell = parts
+                    .get(tenant, &q.def, now)
+                    .map_err(|_| self.rejection(q, Reason::RateLimited, None))?;
+                CellRef::Owned(cell)
+            }
+        };
+        Ok(Step {
+            quota: q,
+            cell,
+            cost,
+            rank,
+        })
     }
 
     /// Counts a refusal and hands back its rejection.

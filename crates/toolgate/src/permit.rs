@@ -51,7 +51,9 @@ pub(crate) type Held2 = smallvec::SmallVec<[Held; 2]>;
 /// token estimate to reconcile.
 #[derive(Debug)]
 pub(crate) struct Held {
-    pub(crate) quota: Arc<Quota>,
+    /// The quota's place in the tool's quotas ([`ToolRuntime::quotas`]): the permit
+    /// keeps the tool, which keeps the quota, so no reference count is taken.
+    pub(crate) index: usize,
     /// The tenant partition's cell; `None` for an unpartitioned quota, whose one
     /// cell the quota holds (no second reference count to take and give back).
     pub(crate) partition: Option<Arc<Cell>>,
@@ -66,9 +68,14 @@ pub(crate) struct Held {
 // === impl Held ===
 
 impl Held {
-    /// The cell the part was charged to.
-    pub(crate) fn cell(&self) -> &Arc<Cell> {
-        match (&self.partition, &self.quota.slot) {
+    /// The quota of the part, in `tool` (the tool whose permit keeps it).
+    pub(crate) fn quota<'t>(&self, tool: &'t ToolRuntime) -> &'t Arc<Quota> {
+        &tool.quotas[self.index]
+    }
+
+    /// The cell the part was charged to, of `quota` (its [`Held::quota`]).
+    pub(crate) fn cell<'a>(&'a self, quota: &'a Quota) -> &'a Arc<Cell> {
+        match (&self.partition, &quota.slot) {
             (Some(cell), _) | (None, crate::quota::Slot::Single(cell)) => cell,
             (None, crate::quota::Slot::Partitioned(_)) => {
                 unreachable!("a part of a partitioned quota keeps its partition's cell")
@@ -173,17 +180,18 @@ impl Permit {
         };
         let core = &tool.core;
         for h in std::mem::take(&mut self.held) {
-            match h.quota.def.kind {
-                Kind::Concurrency(_) => h.cell().lock().release(h.cost),
+            let quota = h.quota(tool);
+            match quota.def.kind {
+                Kind::Concurrency(_) => h.cell(quota).lock().release(h.cost),
                 Kind::Bucket(_) => {
                     let kept = h
                         .kept
                         .clone()
                         .unwrap_or_else(|| Arc::new(crate::sync::Mutex::new(0)));
-                    core.reconcile(&h, 0, Some((self.admitted_at, &kept)));
+                    core.reconcile(quota, &h, 0, Some((self.admitted_at, &kept)));
                 }
-                Kind::Sliding(_) => h.cell().lock().unrecord(
-                    &h.quota.def,
+                Kind::Sliding(_) => h.cell(quota).lock().unrecord(
+                    &quota.def,
                     self.admitted_at,
                     h.cost,
                     core.clock.now(),
@@ -211,11 +219,12 @@ impl Permit {
         if !self.held.is_empty() {
             let core = &tool.core;
             for h in std::mem::take(&mut self.held) {
-                match (h.quota.def.kind, h.quota.def.cost_of) {
-                    (Kind::Concurrency(_), _) => h.cell().lock().release(h.cost),
+                let quota = h.quota(tool);
+                match (quota.def.kind, quota.def.cost_of) {
+                    (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),
                     (_, CostOf::Tokens) => {
                         if let Some(actual) = completion.and_then(|c| c.tokens) {
-                            core.reconcile(&h, actual, None);
+                            core.reconcile(quota, &h, actual, None);
                         }
                     }
                     _ => {}

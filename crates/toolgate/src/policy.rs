@@ -56,6 +56,9 @@ pub(crate) struct ToolRuntime {
     /// bucket that has the one-word form: admission then takes the lock-free fast
     /// path (one compare-and-swap).
     pub(crate) fast: Option<Arc<crate::quota::Cell>>,
+    /// The indices of `quotas` in lock order, when none is partitioned (their cells
+    /// are then fixed): a call's plan is built in that order without sorting.
+    pub(crate) lock_order: Option<Box<[usize]>>,
     /// The tool's circuit breaker, kept across reloads while its config is unchanged.
     pub(crate) breaker: Option<Arc<crate::circuit::Breaker>>,
     /// The tool's adaptive concurrency limit and the quota it drives.
@@ -243,6 +246,7 @@ impl Compiled {
                 name.as_str().into(),
                 Arc::new(ToolRuntime {
                     name: stats.name.clone(),
+                    lock_order: lock_order(&list),
                     quotas: list,
                     on_limit: t.on_limit,
                     max_wait: t.max_wait,
@@ -273,6 +277,19 @@ impl Compiled {
             unknown_stats,
         }
     }
+}
+
+/// The lock order of a tool's quotas, when none is partitioned.
+fn lock_order(quotas: &[Arc<Quota>]) -> Option<Box<[usize]>> {
+    let mut order = Vec::with_capacity(quotas.len());
+    for (i, q) in quotas.iter().enumerate() {
+        match &q.slot {
+            Slot::Single(cell) => order.push((cell.order(), i)),
+            Slot::Partitioned(_) => return None,
+        }
+    }
+    order.sort_unstable();
+    Some(order.into_iter().map(|(_, i)| i).collect())
 }
 
 /// The single bucket of a tool that has nothing else, for the fast path.

@@ -97,8 +97,8 @@ impl Drop for ProbeHold<'_> {
 }
 
 /// Concurrency slots taken while waiting; released unless handed to a permit.
-#[derive(Default)]
-struct ConcHold {
+struct ConcHold<'a> {
+    tool: &'a ToolRuntime,
     held: Held2,
 }
 
@@ -263,14 +263,20 @@ impl Core {
     /// them (so they move up).
     /// Charges or refunds the difference between `h`'s cost and `actual`; `since`
     /// (when the cost was charged) marks a refund of a charge given back unused.
-    pub(crate) fn reconcile(&self, h: &Held, actual: u64, since: Option<(Nanos, &Mutex<u128>)>) {
-        let def = &h.quota.def;
+    pub(crate) fn reconcile(
+        &self,
+        quota: &Arc<Quota>,
+        h: &Held,
+        actual: u64,
+        since: Option<(Nanos, &Mutex<u128>)>,
+    ) {
+        let def = &quota.def;
         if actual == h.cost {
             return;
         }
         let now = self.clock.now();
         {
-            let mut g = h.cell().lock();
+            let mut g = h.cell(quota).lock();
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);
@@ -279,7 +285,7 @@ impl Core {
         let mut sched = self.sched.lock();
         let now = self.clock.now();
         let first = {
-            let mut g = h.cell().lock();
+            let mut g = h.cell(quota).lock();
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);
@@ -292,8 +298,8 @@ impl Core {
                 sched.pending.insert(
                     seq,
                     Pend::Debt {
-                        quota: h.quota.clone(),
-                        cell: h.cell().clone(),
+                        quota: quota.clone(),
+                        cell: h.cell(quota).clone(),
                         cost: actual - h.cost,
                         at,
                     },
@@ -306,8 +312,8 @@ impl Core {
             return;
         };
         let refund = h.cost - actual;
-        let target = h.cell().order();
-        let seeds = [(h.quota.clone(), h.cell().clone())];
+        let target = h.cell(quota).order();
+        let seeds = [(quota.clone(), h.cell(quota).clone())];
         sched.replan(&*self.clock, &seeds, first, None, |guards, order, now| {
             if let Ok(i) = order.binary_search(&target) {
                 guards[i].refund(def, refund, since, now);
@@ -372,7 +378,10 @@ impl ToolRuntime {
         let plan = self.plan(&call, start)?;
 
         // Phase 1: concurrency slots, FIFO, in lock order.
-        let mut conc = ConcHold::default();
+        let mut conc = ConcHold {
+            tool: &self,
+            held: Held2::new(),
+        };
         for s in plan
             .iter()
             .filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
@@ -564,10 +573,10 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-impl Drop for ConcHold {
+impl Drop for ConcHold<'_> {
     fn drop(&mut self) {
         for h in self.held.drain(..) {
-            h.cell().lock().release(h.cost);
+            h.cell(h.quota(self.tool)).lock().release(h.cost);
         }
     }
 }
