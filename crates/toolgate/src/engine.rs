@@ -629,20 +629,34 @@ impl ToolHandle {
     /// # Errors
     ///
     /// A [`Rejection`]; nothing was consumed.
-    #[inline]
+    #[inline(always)]
     pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
         let core = &self.engine.inner.core;
-        match self.current() {
-            Some(tool) if core.store.is_none() => {
-                let now = core.now();
-                if tool.try_admit_fast(call, now) {
-                    return Ok(ScopedPermit::fast(tool, now));
-                }
-                tool.try_admit_general(call, now)
-                    .map(ScopedPermit::owned)
-                    .map_err(|d| tool.refuse(d, call.tenant))
+        if let Some(tool) = self.current().filter(|_| core.store.is_none()) {
+            let now = core.now();
+            if tool.try_admit_fast(call, now) {
+                return Ok(ScopedPermit::fast(tool, now));
             }
-            _ => self.try_admit(call).map(ScopedPermit::owned),
+            return self.try_admit_scoped_general(Some((tool, now)), call);
+        }
+        self.try_admit_scoped_general(None, call)
+    }
+
+    /// [`ToolHandle::try_admit_scoped`] past the fast path (tried on `tried`'s tool at
+    /// its time, if any), out of line so that the fast path stays small enough to
+    /// inline.
+    #[inline(never)]
+    fn try_admit_scoped_general<'a>(
+        &'a self,
+        tried: Option<(&'a Arc<ToolRuntime>, crate::clock::Nanos)>,
+        call: &Call<'_>,
+    ) -> Result<ScopedPermit<'a>, Rejection> {
+        match tried {
+            Some((tool, now)) => tool
+                .try_admit_general(call, now)
+                .map(ScopedPermit::owned)
+                .map_err(|d| tool.refuse(d, call.tenant)),
+            None => self.try_admit(call).map(ScopedPermit::owned),
         }
     }
 

@@ -1,5 +1,5 @@
 //! Counters that every thread bumps on every admission without a shared atomic
-//! read-modify-write: one lane (a cache line) per thread, written by that thread
+//! read-modify-write: one lane (a 128-byte block) per thread, written by that thread
 //! only, summed when read.
 //!
 //! Why by hand: a shared `fetch_add` costs an uncontended locked instruction, and a
@@ -94,9 +94,10 @@ fn lanes() -> usize {
     })
 }
 
-/// One cache line of counts.
+/// One thread's counts, alone in a 128-byte block: two cache lines, for the
+/// prefetchers that fetch lines in pairs (so neighbouring lanes never share one).
 #[derive(Debug, Default)]
-#[repr(align(64))]
+#[repr(align(128))]
 struct Line {
     admitted: AtomicU64,
     finished: AtomicU64,

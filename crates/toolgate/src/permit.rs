@@ -344,18 +344,27 @@ impl<'a> ScopedPermit<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn end(&mut self, completion: Option<Completion>) {
         match std::mem::replace(&mut self.inner, Scoped::Moved) {
             Scoped::Fast { tool, .. } => tool.end_call(completion, false),
-            Scoped::Owned(mut p) => p.finish(completion),
+            Scoped::Owned(p) => end_owned(p, completion),
             Scoped::Moved => {}
         }
     }
 }
 
+/// The end of a permit the general path admitted, out of line so that the fast
+/// path's end stays small enough to inline (the box is taken by value so that
+/// freeing it is out of line too).
+#[inline(never)]
+#[allow(clippy::boxed_local)]
+fn end_owned(mut p: Box<Permit>, completion: Option<Completion>) {
+    p.finish(completion);
+}
+
 impl Drop for ScopedPermit<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         self.end(None);
     }
