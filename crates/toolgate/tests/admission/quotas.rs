@@ -154,6 +154,36 @@ fn a_cost_that_can_never_fit_is_rejected_at_once_without_retry_time() {
 }
 
 #[test]
+fn a_cost_too_big_for_several_quotas_names_the_first_in_config_order() {
+    // The tool's own quotas come first in config order, its pools' after, whatever
+    // order their locks are taken in.
+    let (engine, _clock) = engine(
+        "[pools.crm]\nrate = \"3/s\"\n[tools.t]\nrate = \"2/s\"\ntokens = \"9/s\"\npools = [\"crm\"]",
+    );
+    for _ in 0..2 {
+        assert_rejected(
+            engine.try_admit(&Call::new("t").count(5).tokens(10)),
+            "cost_exceeds_capacity",
+            "tools.t.rate",
+            None,
+        );
+    }
+    assert_rejected(
+        engine.try_admit(&Call::new("t").count(1).tokens(10)),
+        "cost_exceeds_capacity",
+        "tools.t.tokens",
+        None,
+    );
+    assert_rejected(
+        engine.try_admit(&Call::new("t").count(3)),
+        "cost_exceeds_capacity",
+        "tools.t.rate",
+        None,
+    );
+    assert_eq!(quota(&engine, "t", "pools.crm.rate").available, Some(3));
+}
+
+#[test]
 fn a_sliding_window_admits_at_most_n_in_any_interval() {
     let (engine, clock) = engine("[tools.pay]\nrate = \"3/min\"\nwindow = \"sliding\"");
     let call = Call::new("pay");
