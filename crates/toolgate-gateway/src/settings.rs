@@ -243,7 +243,8 @@ fn duration(v: &Value) -> Result<Duration, String> {
 // === impl Loaded ===
 
 impl Loaded {
-    /// Reads a config file (TOML, or JSON when its name ends in `.json`).
+    /// Reads a config file: JSON when its name ends in `.json` (any case) or its text
+    /// starts with `{` (which no TOML document does), TOML otherwise.
     ///
     /// # Errors
     ///
@@ -251,7 +252,7 @@ impl Loaded {
     pub fn from_path(path: &Path) -> Result<Self, LoadErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadErrors(vec![format!("cannot read {}: {e}", path.display())]))?;
-        if path.extension().is_some_and(|e| e == "json") {
+        if is_json(path, &text) {
             Self::from_json_str(&text)
         } else {
             Self::from_toml_str(&text)
@@ -314,6 +315,14 @@ impl Loaded {
             }
         }
     }
+}
+
+/// Whether a config file is JSON: by its extension, or by its first character, as a
+/// TOML document cannot start with `{` (a key, a `[table]` or a comment comes first).
+fn is_json(path: &Path, text: &str) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        || text.trim_start().starts_with('{')
 }
 
 fn lines(e: &toolgate::config::ConfigErrors) -> Vec<String> {
