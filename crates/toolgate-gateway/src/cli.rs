@@ -33,8 +33,9 @@ enum Command {
         /// default: the bundled example (the customer-service agent).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// The address to listen on [default: 127.0.0.1:8787, or `[gateway] listen`].
-        #[arg(long, short)]
+        /// The address to listen on, `IP:PORT` or `HOST:PORT` such as `localhost:8787`
+        /// [default: 127.0.0.1:8787, or `[gateway] listen`].
+        #[arg(long, short, value_parser = crate::settings::parse_listen)]
         listen: Option<std::net::SocketAddr>,
         /// Where quota state lives: `memory` (default) or `redis://host:port`.
         #[arg(long)]

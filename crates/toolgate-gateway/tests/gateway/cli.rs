@@ -238,6 +238,30 @@ fn check_reads_json_by_its_content_or_an_upper_case_extension() {
 }
 
 #[test]
+fn serve_listens_on_a_host_name_such_as_localhost() {
+    // Regression: `--listen` took only `IP:PORT`, so `--listen localhost:8787` was a
+    // usage error (exit 2).
+    let mut child = toolgate()
+        .args(["serve", "--listen", "localhost:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn toolgate");
+    let out = child.stdout.take().expect("stdout");
+    let first = BufReader::new(out)
+        .lines()
+        .next()
+        .expect("a line")
+        .expect("line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        first.starts_with("toolgate listening on http://127.0.0.1:"),
+        "{first}"
+    );
+}
+
+#[test]
 fn an_unknown_store_is_refused_with_exit_2() {
     let out = toolgate()
         .args([
