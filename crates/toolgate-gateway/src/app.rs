@@ -72,19 +72,24 @@ async fn metrics(State(state): State<AppState>, req: Request) -> Result<Response
 }
 
 /// `POST /v1/tools/{tool}/invoke`, where the tool name may itself contain `/`.
+/// `POST /v1/tools/{tool}` is a 405 (that resource is `GET` only), whatever the body.
 async fn tool_post(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<String>,
-    JsonBody(req): JsonBody<invoke::InvokeRequest>,
+    body: Result<JsonBody<invoke::InvokeRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     match path.strip_suffix("/invoke") {
         Some(tool) if !tool.is_empty() => {
+            let JsonBody(req) = body?;
             invoke::invoke(state, caller, tool.to_string(), req).await
         }
-        _ => Err(ApiError::NotFound(
-            "not_found",
-            format!("no route POST /v1/tools/{path} (did you mean POST /v1/tools/{path}/invoke?)"),
+        _ => Err(ApiError::MethodNotAllowed(
+            format!(
+                "POST is not allowed on /v1/tools/{path} (did you mean POST \
+                 /v1/tools/{path}/invoke?)"
+            ),
+            "GET,HEAD",
         )),
     }
 }

@@ -21,7 +21,7 @@ pub struct Cli {
 enum Command {
     /// Validate a config file: exit 0, or exit 1 listing every error.
     Check {
-        /// The config file (TOML, or JSON when it ends in .json).
+        /// The config file (TOML, or JSON: named *.json or starting with `{`).
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -29,12 +29,13 @@ enum Command {
     Demo,
     /// Run the gateway: admission, leases, reservations, invoke, metrics, dashboard.
     Serve {
-        /// The config file (TOML, or JSON when it ends in .json); default: the bundled
-        /// example (the customer-service agent).
+        /// The config file (TOML, or JSON: named *.json or starting with `{`);
+        /// default: the bundled example (the customer-service agent).
         #[arg(long, short)]
         config: Option<PathBuf>,
-        /// The address to listen on [default: 127.0.0.1:8787, or `[gateway] listen`].
-        #[arg(long, short)]
+        /// The address to listen on, `IP:PORT` or `HOST:PORT` such as `localhost:8787`
+        /// [default: 127.0.0.1:8787, or `[gateway] listen`].
+        #[arg(long, short, value_parser = crate::settings::parse_listen)]
         listen: Option<std::net::SocketAddr>,
         /// Where quota state lives: `memory` (default) or `redis://host:port`.
         #[arg(long)]

@@ -22,6 +22,8 @@ pub enum ApiError {
     Forbidden(String),
     /// No such resource.
     NotFound(&'static str, String),
+    /// The resource exists but not with this method; the second field is `Allow`.
+    MethodNotAllowed(String, &'static str),
     /// Tool arguments fail the tool's schema.
     InvalidArguments(String),
     /// A config reload was refused.
@@ -52,6 +54,11 @@ impl ApiError {
             Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", (*m).to_string()),
             Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m.clone()),
             NotFound(code, m) => (StatusCode::NOT_FOUND, code, m.clone()),
+            MethodNotAllowed(m, _) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                m.clone(),
+            ),
             InvalidArguments(m) => (StatusCode::BAD_REQUEST, "invalid_arguments", m.clone()),
             InvalidConfig(errs) => (
                 StatusCode::BAD_REQUEST,
@@ -84,6 +91,10 @@ impl IntoResponse for ApiError {
         if status == StatusCode::UNAUTHORIZED {
             res.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::MethodNotAllowed(_, allow) = &self {
+            res.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         res
     }

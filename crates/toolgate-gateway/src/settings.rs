@@ -106,11 +106,7 @@ impl Settings {
         for (key, v) in table {
             let path = format!("gateway.{key}");
             let r = match key.as_str() {
-                "listen" => str_of(v).and_then(|t| {
-                    t.parse()
-                        .map(|a| s.listen = Some(a))
-                        .map_err(|e| format!("{t:?}: not a socket address ({e})"))
-                }),
+                "listen" => str_of(v).and_then(|t| parse_listen(t).map(|a| s.listen = Some(a))),
                 "lease_ttl" => duration(v).map(|d| s.lease_ttl = d),
                 "request_timeout" => duration(v).map(|d| s.request_timeout = d),
                 "body_limit" => v
@@ -221,6 +217,29 @@ fn parse_sha256(h: &str) -> Result<[u8; 32], String> {
     Ok(out)
 }
 
+/// A listen address: `IP:PORT`, or `HOST:PORT` resolved now (an IPv4 address first),
+/// so that `localhost:8787` works as well as `127.0.0.1:8787`.
+///
+/// # Errors
+///
+/// When `s` is neither, or the host resolves to no address; the message names `s`.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| {
+            format!("{s:?}: not an address such as \"127.0.0.1:8787\" or \"localhost:8787\" ({e})")
+        })?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{s:?}: the host resolves to no address"))
+}
+
 fn str_of(v: &Value) -> Result<&str, String> {
     v.as_str()
         .ok_or_else(|| format!("expected a string, got {v}"))
@@ -243,7 +262,8 @@ fn duration(v: &Value) -> Result<Duration, String> {
 // === impl Loaded ===
 
 impl Loaded {
-    /// Reads a config file (TOML, or JSON when its name ends in `.json`).
+    /// Reads a config file: JSON when its name ends in `.json` (any case) or its text
+    /// starts with `{` (which no TOML document does), TOML otherwise.
     ///
     /// # Errors
     ///
@@ -251,7 +271,7 @@ impl Loaded {
     pub fn from_path(path: &Path) -> Result<Self, LoadErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LoadErrors(vec![format!("cannot read {}: {e}", path.display())]))?;
-        if path.extension().is_some_and(|e| e == "json") {
+        if is_json(path, &text) {
             Self::from_json_str(&text)
         } else {
             Self::from_toml_str(&text)
@@ -316,6 +336,14 @@ impl Loaded {
     }
 }
 
+/// Whether a config file is JSON: by its extension, or by its first character, as a
+/// TOML document cannot start with `{` (a key, a `[table]` or a comment comes first).
+fn is_json(path: &Path, text: &str) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        || text.trim_start().starts_with('{')
+}
+
 fn lines(e: &toolgate::config::ConfigErrors) -> Vec<String> {
     e.errors().iter().map(ToString::to_string).collect()
 }
@@ -360,6 +388,20 @@ mod tests {
         assert!(text.contains("gateway.tokens[0].sha256: \"xyz\""), "{text}");
         assert!(text.contains("tools.t.rate: \"0/s\""), "{text}");
         assert_eq!(e.0.len(), 4, "{text}");
+    }
+
+    #[test]
+    fn listen_takes_a_host_name_and_names_a_bad_one() {
+        let l = Loaded::from_toml_str("[gateway]\nlisten = \"localhost:9\"\n").expect("valid");
+        assert_eq!(
+            l.settings.listen,
+            Some("127.0.0.1:9".parse().expect("addr"))
+        );
+        let e = Loaded::from_toml_str("[gateway]\nlisten = \"8787\"\n").expect_err("invalid");
+        assert!(
+            e.0[0].starts_with("gateway.listen: \"8787\": not an address such as"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -96,12 +96,11 @@ impl Permit {
             .is_none()
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "Permit(tool={:?}, waited={}, done={})",
-            self.tool(),
-            self.waited,
-            self.done()
-        )
+    /// Python's own spelling: `Permit(tool='a', waited=0.0, done=False)`.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let tool = self.tool().into_pyobject(py)?.repr()?;
+        let waited = self.waited.into_pyobject(py)?.repr()?;
+        let done = if self.done() { "True" } else { "False" };
+        Ok(format!("Permit(tool={tool}, waited={waited}, done={done})"))
     }
 }

@@ -117,6 +117,18 @@ def test_concurrency_is_released_on_completion() -> None:
     b.release()
 
 
+def test_a_permit_reprs_in_python_spelling() -> None:
+    # Regression: the repr showed Rust's spelling, `Permit(tool=Some("t"), waited=0, done=false)`.
+    p = ToolRateLimitPolicy(limits={"t": RateLimit(1)}, clock=ManualClock())
+    permit = p.try_admit("t")
+    assert isinstance(permit, Permit)
+    assert repr(permit) == "Permit(tool='t', waited=0.0, done=False)"
+    permit.complete()
+    assert repr(permit) == "Permit(tool=None, waited=0.0, done=True)"
+    other = p.try_admit("no_policy")
+    assert repr(other) == "Permit(tool=None, waited=0.0, done=False)"
+
+
 def test_token_budgets_are_reconciled_against_the_actual_count() -> None:
     p = ToolRateLimitPolicy.from_toml(FULL, clock=ManualClock())
     big = p.try_admit("search_documents", tokens=900)

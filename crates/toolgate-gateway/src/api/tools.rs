@@ -59,7 +59,14 @@ pub async fn get(
         .engine()
         .tool_state(&tool, tenant.as_deref())
         .map(|s| Json(to_json(&s)))
-        .ok_or_else(|| unknown(&tool))
+        .ok_or_else(|| match tool.strip_suffix("/invoke") {
+            // `/v1/tools/{tool}/invoke` exists, for POST only.
+            Some(t) if !t.is_empty() => ApiError::MethodNotAllowed(
+                format!("GET is not allowed on /v1/tools/{tool} (invoke is POST)"),
+                "POST",
+            ),
+            _ => unknown(&tool),
+        })
 }
 
 /// The 404 of a tool without a policy.

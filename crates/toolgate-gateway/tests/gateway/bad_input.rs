@@ -220,6 +220,26 @@ async fn every_bad_input_gets_its_status_and_a_message_naming_the_problem() {
         code: "method_not_allowed",
         message: "GET is not allowed on /v1/admit",
     });
+    // Regression: these two answered 404 although the resource exists for the other
+    // method (`GET /v1/tools/t`, `POST /v1/tools/t/invoke`).
+    cases.push(Case {
+        name: "POST on a tool's state",
+        method: "POST",
+        path: "/v1/tools/t",
+        body: Vec::new(),
+        status: 405,
+        code: "method_not_allowed",
+        message: "POST is not allowed on /v1/tools/t (did you mean POST /v1/tools/t/invoke?)",
+    });
+    cases.push(Case {
+        name: "GET on invoke",
+        method: "GET",
+        path: "/v1/tools/t/invoke",
+        body: Vec::new(),
+        status: 405,
+        code: "method_not_allowed",
+        message: "GET is not allowed on /v1/tools/t/invoke",
+    });
     for c in cases {
         let req = Request::builder()
             .method(c.method)
@@ -284,4 +304,30 @@ async fn a_chunked_body_over_the_limit_is_refused_too() {
         .await
         .expect("res");
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_405_on_a_tool_path_names_the_allowed_methods() {
+    let state = AppState::from_toml(CONFIG).expect("config");
+    for (method, path, allow) in [
+        ("POST", "/v1/tools/t", "GET,HEAD"),
+        ("GET", "/v1/tools/t/invoke", "POST"),
+        ("PUT", "/v1/tools/t/invoke", "GET,HEAD,POST"),
+    ] {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .expect("request");
+        let res = toolgate_gateway::app::router(state.clone())
+            .oneshot(req)
+            .await
+            .expect("response");
+        assert_eq!(
+            res.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        assert_eq!(res.headers()["allow"], allow, "{method} {path}");
+    }
 }

@@ -200,6 +200,68 @@ fn an_invalid_config_exits_1_listing_every_error() {
 }
 
 #[test]
+fn check_reads_json_by_its_content_or_an_upper_case_extension() {
+    // Regression: only names ending in lower-case `.json` were read as JSON, so a JSON
+    // config in `policy.JSON` or `policy.conf` failed with a TOML syntax error.
+    let dir = std::env::temp_dir().join(format!("toolgate-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let check = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        let out = toolgate()
+            .args(["check", "--config"])
+            .arg(&path)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    let good = r#"{"tools": {"lookup_customer": {"rate": "2/s", "burst": 2}}}"#;
+    for name in ["policy.JSON", "policy.conf", "policy"] {
+        assert_eq!(check(name, good), (Some(0), String::new()), "{name}");
+    }
+    let (code, err) = check(
+        "bad.conf",
+        "\n  {\"tools\": {\"lookup_customer\": {\"rate\": \"0/s\", \"brust\": 1}}}",
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("2 error(s)"), "{err}");
+    assert!(
+        err.contains("tools.lookup_customer.rate: \"0/s\": the request count must be at least 1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("tools.lookup_customer.brust: unknown key"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_listens_on_a_host_name_such_as_localhost() {
+    // Regression: `--listen` took only `IP:PORT`, so `--listen localhost:8787` was a
+    // usage error (exit 2).
+    let mut child = toolgate()
+        .args(["serve", "--listen", "localhost:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn toolgate");
+    let out = child.stdout.take().expect("stdout");
+    let first = BufReader::new(out)
+        .lines()
+        .next()
+        .expect("a line")
+        .expect("line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        first.starts_with("toolgate listening on http://127.0.0.1:"),
+        "{first}"
+    );
+}
+
+#[test]
 fn an_unknown_store_is_refused_with_exit_2() {
     let out = toolgate()
         .args([
