@@ -133,11 +133,12 @@ pub(super) fn expect_str(v: &Value) -> Result<&str, String> {
         .ok_or_else(|| format!("expected a string, got {}", kind(v)))
 }
 
-/// A whole number in `min..=max`.
+/// A whole number in `min..=max`. A decimal number with no fractional part (`2.0`,
+/// as JSON writers and Python dicts often spell a count) counts as whole.
 pub(super) fn int_in(v: &Value, min: u64, max: u64) -> Result<u64, String> {
     let n = match v {
-        Value::Number(n) => n.as_u64().ok_or_else(|| {
-            if n.as_i64().is_some() {
+        Value::Number(n) => n.as_u64().or_else(|| whole(n)).ok_or_else(|| {
+            if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f < 0.0) {
                 format!("{n}: must be at least {min}")
             } else if n.as_f64().is_some_and(|f| f > max as f64) {
                 format!("{n}: must be at most {max}")
@@ -154,6 +155,13 @@ pub(super) fn int_in(v: &Value, min: u64, max: u64) -> Result<u64, String> {
         return Err(format!("{n}: must be at most {max}"));
     }
     Ok(n)
+}
+
+/// A decimal number that is a whole number exactly representable as a `u64`.
+fn whole(n: &serde_json::Number) -> Option<u64> {
+    let f = n.as_f64()?;
+    // 2^64 as f64 is exact; every f64 below it with no fractional part converts exactly.
+    (f.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&f)).then_some(f as u64)
 }
 
 /// A finite number in `[min, max]` (integers are accepted).

@@ -13,6 +13,7 @@ fn every_invalid_value_is_reported_with_its_path() {
         ("[tools.t]\nrate = \"100000000000000000000/s\"", "tools.t.rate: \"100000000000000000000/s\": the request count must be at most 9007199254740992"),
         ("[tools.t]\nrate = 5", "tools.t.rate: expected a string, got a whole number"),
         ("[tools.t]\nrate = \"2/s\"\nburst = 0", "tools.t.burst: 0: must be at least 1"),
+        ("[tools.t]\nrate = \"2/s\"\nburst = -1.0", "tools.t.burst: -1.0: must be at least 1"),
         ("[tools.t]\nrate = \"2/s\"\nburst = -1", "tools.t.burst: -1: must be at least 1"),
         ("[tools.t]\nrate = \"2/s\"\nburst = 1.5", "tools.t.burst: 1.5: expected a whole number"),
         ("[tools.t]\nburst = 2", "tools.t.burst: burst needs a rate"),
@@ -99,6 +100,18 @@ fn json_and_toml_give_the_same_config_and_defaults_apply_to_every_tool() {
     assert_eq!(a.tools["a"].max_wait, std::time::Duration::from_secs(2));
     assert_eq!(a.tools["b"].on_limit, toolgate::config::OnLimit::Reject);
     assert_eq!(a.tools["b"].max_wait, std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn a_decimal_number_with_no_fraction_counts_as_whole() {
+    // JSON writers and Python dicts often spell a count as 2.0.
+    let json = r#"{"tools": {"t": {"rate": "2/s", "burst": 2.0, "concurrency": 4.0}}}"#;
+    let a = Config::from_json_str(json).unwrap();
+    let b = Config::from_toml_str("[tools.t]\nrate = \"2/s\"\nburst = 2\nconcurrency = 4").unwrap();
+    assert_eq!(a, b);
+    let e =
+        Config::from_json_str(r#"{"tools": {"t": {"rate": "2/s", "burst": 2.5}}}"#).unwrap_err();
+    assert_eq!(e.to_string(), "tools.t.burst: 2.5: expected a whole number");
 }
 
 #[test]
