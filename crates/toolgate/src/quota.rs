@@ -497,6 +497,7 @@ impl fmt::Debug for CellGuard<'_> {
 impl CellState {
     /// Folds reservations whose time has come into the committed state and trims
     /// sliding windows.
+    #[inline]
     pub(crate) fn settle(&mut self, def: &QuotaDef, now: Nanos) {
         if let Some(p) = &mut self.pending {
             while p.entries.front().is_some_and(|e| e.at <= now) {
@@ -523,6 +524,7 @@ impl CellState {
     }
 
     /// When `cost` could be admitted here (settled at `now`).
+    #[inline]
     pub(crate) fn fit(&self, def: &QuotaDef, cost: u64, now: Nanos) -> Fit {
         match (&def.kind, &self.limiter) {
             (Kind::Bucket(g), Limiter::Bucket(tat)) => {
@@ -545,6 +547,7 @@ impl CellState {
     }
 
     /// Charges `cost` at `at` (which must fit).
+    #[inline]
     pub(crate) fn charge(&mut self, def: &QuotaDef, cost: u64, at: Nanos) {
         match (&def.kind, &mut self.limiter) {
             (Kind::Bucket(g), Limiter::Bucket(tat)) => *tat = g.charge(*tat, cost, at),
