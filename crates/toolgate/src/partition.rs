@@ -110,15 +110,21 @@ impl Partitions {
         }
     }
 
-    /// The same partitions with each cell converted (policy reload).
+    /// The same partitions with each cell converted (policy reload). Each goes into
+    /// the shard the new partitions look it up in: their hasher and their number of
+    /// shards (which follows `max`) both differ from these.
     pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Cell) -> Self {
         let new = Self::new(max);
-        for (old, fresh) in self.shards.iter().zip(new.shards.iter()) {
-            let old = old.lock();
-            let mut fresh = fresh.lock();
-            for (k, cell) in &old.map {
-                fresh.map.insert(k.clone(), Arc::new(convert(cell)));
+        for old in self.shards.iter() {
+            for (k, cell) in &old.lock().map {
+                new.shard(k)
+                    .lock()
+                    .map
+                    .insert(k.clone(), Arc::new(convert(cell)));
             }
+        }
+        for fresh in new.shards.iter() {
+            let mut fresh = fresh.lock();
             fresh.next_sweep = (fresh.map.len() * 2).max(MIN_SWEEP);
         }
         new

@@ -40,6 +40,34 @@ fn a_changed_quota_never_over_admits_across_the_switch() {
 }
 
 #[test]
+fn a_changed_partitioned_quota_keeps_every_tenant_state_across_the_switch() {
+    let (engine, _clock) =
+        engine("[tools.a]\nrate = \"2/s\"\npartition = \"tenant\"\nmax_partitions = 1000");
+    let tenants: Vec<String> = (0..200).map(|i| format!("tenant-{i}")).collect();
+    for t in &tenants {
+        assert_eq!(
+            admit_n(&engine, &Call::new("a").tenant(t), 5, &mut Vec::new()),
+            2
+        );
+    }
+    // A changed definition, and a different cap (so a different number of shards
+    // too): every tenant's bucket carries over empty, none starts afresh.
+    for cap in ["1000", "8"] {
+        engine.apply(
+            Policy::from_toml_str(&format!(
+                "[tools.a]\nrate = \"2/s\"\nburst = 3\npartition = \"tenant\"\nmax_partitions = {cap}"
+            ))
+            .unwrap(),
+        );
+        let admitted: usize = tenants
+            .iter()
+            .map(|t| admit_n(&engine, &Call::new("a").tenant(t), 5, &mut Vec::new()))
+            .sum();
+        assert_eq!(admitted, 0, "max_partitions = {cap}");
+    }
+}
+
+#[test]
 fn calls_in_flight_across_a_reload_still_count_against_concurrency() {
     let (engine, _clock) = engine("[tools.db]\nconcurrency = 2");
     let held: Vec<_> = (0..2)
