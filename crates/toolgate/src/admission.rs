@@ -58,6 +58,23 @@ pub(crate) struct Denied {
     pub(crate) at: Nanos,
     /// Whether waiting can help.
     pub(crate) can_wait: bool,
+    /// A reload retired a cell of the call's plan: start over on the policy now in
+    /// force (the rejection is not an answer then).
+    pub(crate) stale: bool,
+}
+
+// === impl Denied ===
+
+impl Denied {
+    /// The answer when a reload retired a cell of the plan: not a rejection, a retry.
+    pub(crate) fn stale(placeholder: Rejection) -> Self {
+        Self {
+            rejection: placeholder,
+            at: 0,
+            can_wait: false,
+            stale: true,
+        }
+    }
 }
 
 // === impl CellRef ===
@@ -99,6 +116,12 @@ impl Step<'_> {
 /// Locks the cells of a sorted plan.
 pub(crate) fn lock_all<'a>(plan: &'a [Step<'_>]) -> Guards<'a> {
     plan.iter().map(|s| s.cell.get().lock()).collect()
+}
+
+/// Whether a reload retired any of the locked cells: the call must start over on the
+/// policy now in force.
+pub(crate) fn retired(guards: &[CellGuard<'_>]) -> bool {
+    guards.iter().any(|g| g.is_retired())
 }
 
 /// Checks the steps of one mode (enforced or shadow) at `now`.
@@ -312,6 +335,7 @@ impl ToolRuntime {
             ),
             at: next,
             can_wait: true,
+            stale: false,
         })
     }
 
@@ -334,6 +358,7 @@ impl ToolRuntime {
             ),
             at: until,
             can_wait: true,
+            stale: false,
         })
     }
 
@@ -355,6 +380,7 @@ impl ToolRuntime {
                 ),
                 at: now,
                 can_wait: false,
+                stale: false,
             }),
         }
     }
@@ -450,14 +476,23 @@ impl ToolRuntime {
             rejection,
             at: now,
             can_wait: false,
+            stale: false,
         })?;
         let mut guards = lock_all(&plan);
+        if retired(&guards) {
+            return Err(Denied::stale(self.rejection(
+                plan[0].quota,
+                Reason::RateLimited,
+                None,
+            )));
+        }
         let v = evaluate(&plan, &mut guards, now, false);
         if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
             return Err(Denied {
                 rejection: self.rejection(plan[i].quota, reason, retry),
                 at: v.at,
                 can_wait: true,
+                stale: false,
             });
         }
         let mut held = Held2::new();

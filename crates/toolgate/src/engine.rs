@@ -12,6 +12,7 @@ use crate::config::{OnLimit, UnknownTools};
 use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
 use crate::permit::{Held2, Permit, ScopedPermit};
 use crate::policy::{Compiled, Policy, ToolRuntime};
+use crate::queue::Refusal;
 use crate::queue::Scheduler;
 use crate::store::QuotaStore;
 use crate::sync::{Mutex, Swap, SwapGuard};
@@ -192,8 +193,22 @@ impl Engine {
         if self.inner.core.store.is_some() {
             return Err(self.needs_async(tool, call));
         }
-        tool.try_admit(call, self.inner.core.now())
-            .map_err(|d| tool.refuse(d, call.tenant))
+        match tool.try_admit(call, self.inner.core.now()) {
+            Err(d) if d.stale => {
+                self.await_reload();
+                self.try_admit(&Call {
+                    tool: &tool.name,
+                    ..*call
+                })
+            }
+            r => r.map_err(|d| tool.refuse(d, call.tenant)),
+        }
+    }
+
+    /// Waits for the reload in progress, if any, to put its policy in force: a call
+    /// that found a cell of its plan retired by it then starts over on that policy.
+    pub(crate) fn await_reload(&self) {
+        drop(self.inner.reload.lock());
     }
 
     /// Admits `call`, waiting in FIFO order when the tool's `on_limit` is `"wait"` or
@@ -275,11 +290,30 @@ impl Engine {
         call: &Call<'_>,
         waits: bool,
     ) -> Result<Permit, Rejection> {
-        let now = self.inner.core.clock.now();
-        let result = match tool.try_admit(call, now) {
-            Ok(permit) => Ok(permit),
-            Err(denied) if waits && denied.can_wait => tool.clone().wait(*call, denied).await,
-            Err(denied) => Err(denied.rejection),
+        let mut tool = tool.clone();
+        let result = loop {
+            let now = self.inner.core.clock.now();
+            let outcome = match tool.try_admit(call, now) {
+                Ok(permit) => Ok(permit),
+                Err(denied) if denied.stale => Err(Refusal::Stale),
+                Err(denied) if waits && denied.can_wait => tool.clone().wait(*call, denied).await,
+                Err(denied) => Err(Refusal::Rejected(denied.rejection)),
+            };
+            match outcome {
+                Ok(permit) => break Ok(permit),
+                Err(Refusal::Rejected(r)) => break Err(r),
+                // A reload retired a cell of the plan: start over on the new policy.
+                Err(Refusal::Stale) => {
+                    self.await_reload();
+                    match self.resolve(&Call {
+                        tool: &tool.name,
+                        ..*call
+                    }) {
+                        Ok(t) => tool = t,
+                        Err(unknown) => return unknown,
+                    }
+                }
+            }
         };
         let result = match (result, &self.inner.core.store) {
             (Ok(local), Some(store)) => match store.admit(*call, waits).await {
@@ -433,6 +467,12 @@ impl Engine {
         }
         merged.sort_unstable_by_key(|s| s.cell.get().order());
         let mut guards = crate::admission::lock_all(&merged);
+        if crate::admission::retired(&guards) {
+            // A reload retired a cell of the plan: start over on the new policy.
+            drop(guards);
+            self.await_reload();
+            return self.admit_all_local(&self.inner.compiled.load(), calls);
+        }
         let v = evaluate(&merged, &mut guards, now, false);
         if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
             let tool = owner(&tools, &plans, &merged[i]);
@@ -651,11 +691,14 @@ impl ToolHandle {
         tried: Option<(&'a Arc<ToolRuntime>, crate::clock::Nanos)>,
         call: &Call<'_>,
     ) -> Result<ScopedPermit<'a>, Rejection> {
-        match tried {
-            Some((tool, now)) => tool
-                .try_admit_general(call, now)
-                .map(ScopedPermit::owned)
-                .map_err(|d| tool.refuse(d, call.tenant)),
+        match tried.map(|(tool, now)| (tool, tool.try_admit_general(call, now))) {
+            Some((_, Ok(permit))) => Ok(ScopedPermit::owned(permit)),
+            Some((tool, Err(d))) if !d.stale => Err(tool.refuse(d, call.tenant)),
+            // A reload retired a cell of the plan: start over on the new policy.
+            Some((_, Err(_))) => {
+                self.engine.await_reload();
+                self.try_admit(call).map(ScopedPermit::owned)
+            }
             None => self.try_admit(call).map(ScopedPermit::owned),
         }
     }

@@ -337,6 +337,20 @@ fn apply_difference(
     }
 }
 
+/// Why the wait path did not admit a call.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    Rejected(Rejection),
+    /// A reload retired a cell of the call's plan: start over on the new policy.
+    Stale,
+}
+
+impl From<Rejection> for Refusal {
+    fn from(r: Rejection) -> Self {
+        Self::Rejected(r)
+    }
+}
+
 // === impl ToolRuntime ===
 
 impl ToolRuntime {
@@ -346,7 +360,7 @@ impl ToolRuntime {
         self: Arc<Self>,
         call: Call<'_>,
         first: Denied,
-    ) -> Result<Permit, Rejection> {
+    ) -> Result<Permit, Refusal> {
         let core = &*self.core;
         let clock = &*core.clock;
         let start = clock.now();
@@ -362,11 +376,11 @@ impl ToolRuntime {
             )
         };
         if first.at > deadline {
-            return Err(reject(Reason::MaxWaitExceeded, Some(first.at - start)));
+            return Err(reject(Reason::MaxWaitExceeded, Some(first.at - start)).into());
         }
         let Some(_queued) = self.stats.enter_queue(self.queue_limit) else {
             let retry = first.rejection.retry_after().map(nanos);
-            return Err(reject(Reason::QueueFull, retry));
+            return Err(reject(Reason::QueueFull, retry).into());
         };
         // A half-open probe slot is held while waiting and given back if the call
         // never runs.
@@ -387,7 +401,9 @@ impl ToolRuntime {
             .filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
         {
             if !acquire(clock, s, deadline).await {
-                return Err(self.rejection(s.quota, Reason::ConcurrencyLimited, None));
+                return Err(self
+                    .rejection(s.quota, Reason::ConcurrencyLimited, None)
+                    .into());
             }
             conc.held.push(s.held());
         }
@@ -402,6 +418,9 @@ impl ToolRuntime {
             let now = clock.now();
             sched.collect_debts(now);
             let mut guards: SmallVec<[_; 4]> = rate.iter().map(|s| s.cell.get().lock()).collect();
+            if guards.iter().any(|g| g.is_retired()) {
+                return Err(Refusal::Stale);
+            }
             let mut at = now;
             let mut binding = None;
             for (i, (s, g)) in rate.iter().zip(guards.iter_mut()).enumerate() {
@@ -431,7 +450,7 @@ impl ToolRuntime {
                     Reason::MaxWaitExceeded,
                     Some(Duration::from_nanos(at - now)),
                 );
-                return Err(r);
+                return Err(r.into());
             }
             if at <= now {
                 for (s, g) in rate.iter().zip(guards.iter_mut()) {

@@ -115,7 +115,13 @@ pub(crate) struct CellState {
 pub(crate) enum Limiter {
     Bucket(Tat),
     Sliding(Box<SlidingLog>),
-    Concurrency { in_flight: u64, limit: u64 },
+    Concurrency {
+        in_flight: u64,
+        limit: u64,
+    },
+    /// A reload carried the state into another cell: whoever finds this under the
+    /// lock starts over on the policy now in force (a charge here would be lost).
+    Retired,
 }
 
 /// Reservations of waiters (future admissions, in time order) and concurrency
@@ -313,7 +319,12 @@ impl Quota {
                 return Self { def, slot };
             }
         }
-        let convert = |cell: &Cell| def.convert(&old.def, &cell.lock().limiter, now);
+        // The old cell is retired under the same lock that reads its state, so no
+        // call can charge it after the state has moved (it starts over instead).
+        let convert = |cell: &Cell| {
+            let state = std::mem::replace(&mut cell.lock().limiter, Limiter::Retired);
+            def.convert(&old.def, &state, now)
+        };
         let slot = match (&old.slot, def.partitioned) {
             (Slot::Single(cell), false) => {
                 Slot::Single(Arc::new(Cell::single(&def, convert(cell))))
@@ -495,6 +506,11 @@ impl fmt::Debug for CellGuard<'_> {
 // === impl CellState ===
 
 impl CellState {
+    /// Whether a reload moved this cell's state elsewhere (see [`Limiter::Retired`]).
+    pub(crate) fn is_retired(&self) -> bool {
+        matches!(self.limiter, Limiter::Retired)
+    }
+
     /// Folds reservations whose time has come into the committed state and trims
     /// sliding windows.
     #[inline]
@@ -563,7 +579,7 @@ impl CellState {
         let before = match &self.limiter {
             Limiter::Bucket(tat) => Snapshot::Bucket(*tat),
             Limiter::Sliding(log) => Snapshot::Sliding(log.len()),
-            Limiter::Concurrency { .. } => return self.charge(def, cost, at),
+            Limiter::Concurrency { .. } | Limiter::Retired => return self.charge(def, cost, at),
         };
         self.charge(def, cost, at);
         let p = self.pending.get_or_insert_with(Box::default);

@@ -68,6 +68,50 @@ fn a_changed_partitioned_quota_keeps_every_tenant_state_across_the_switch() {
 }
 
 #[test]
+fn admissions_racing_reloads_never_exceed_what_the_quota_holds() {
+    // The clock stands still, so nothing refills: whatever the reloads, no more than
+    // the largest burst may ever be admitted. Each reload changes the definition, so
+    // the bucket's state is carried into a new cell while calls keep arriving.
+    for (toml, pooled) in [
+        ("[tools.a]\nrate = \"10/s\"\nburst = {B}", false),
+        ("[pools.p]\nrate = \"10/s\"\nburst = {B}\n[tools.a]\nconcurrency = 100\npools = [\"p\"]", true),
+    ] {
+        let policy = |b: u64| Policy::from_toml_str(&toml.replace("{B}", &b.to_string())).unwrap();
+        let (engine, _clock) = engine(&toml.replace("{B}", "200"));
+        let admitted = std::sync::atomic::AtomicU64::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            // Every verb: the scoped and owned permits of a handle, by name, and a
+            // reservation of one call.
+            for verb in 0..4 {
+                let (engine, admitted, stop) = (&engine, &admitted, &stop);
+                s.spawn(move || {
+                    let handle = engine.tool("a");
+                    let call = Call::new("a");
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let ok = match verb {
+                            0 => handle.try_admit_scoped(&call).map(|p| p.into_owned()).is_ok(),
+                            1 => handle.try_admit(&call).is_ok(),
+                            2 => engine.try_admit(&call).is_ok(),
+                            _ => engine.try_admit_all(std::slice::from_ref(&call)).is_ok(),
+                        };
+                        if ok {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            for i in 0..400 {
+                engine.apply(policy(200 + i % 2));
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let n = admitted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(n <= 201, "{n} admitted, at most 201 allowed (pooled: {pooled})");
+    }
+}
+
+#[test]
 fn calls_in_flight_across_a_reload_still_count_against_concurrency() {
     let (engine, _clock) = engine("[tools.db]\nconcurrency = 2");
     let held: Vec<_> = (0..2)
