@@ -520,3 +520,47 @@ fn a_permit_gives_back_to_its_own_tenants_partition() {
         .try_admit(&Call::new("db").tenant("a").tokens(90))
         .is_ok());
 }
+
+#[test]
+fn threads_racing_on_many_tenants_never_exceed_any_tenant_quota() {
+    // Fifty tenants on four threads, under a cap of live partitions that forces
+    // sweeps, with a pool shared by all and a concurrency limit per tenant. The clock
+    // stands still, so nothing refills: each tenant gets at most its burst, and the
+    // pool at most its own.
+    let (engine, _clock) = engine(
+        "[pools.all]\nrate = \"100/s\"\nburst = 120\n\
+         [tools.t]\nrate = \"3/s\"\nconcurrency = 2\npartition = \"tenant\"\nmax_partitions = 64\npools = [\"all\"]",
+    );
+    let tenants: Vec<String> = (0..50).map(|i| format!("tenant-{i}")).collect();
+    let counts: Vec<std::sync::atomic::AtomicU64> =
+        (0..tenants.len()).map(|_| Default::default()).collect();
+    std::thread::scope(|s| {
+        for seed in 0..4 {
+            let (engine, tenants, counts) = (&engine, &tenants, &counts);
+            s.spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(seed);
+                for _ in 0..20_000 {
+                    let i = rng.usize(..tenants.len());
+                    let call = Call::new("t").tenant(&tenants[i]);
+                    let permit = if rng.bool() {
+                        engine.try_admit(&call)
+                    } else {
+                        engine
+                            .try_admit_all(std::slice::from_ref(&call))
+                            .map(|mut p| p.remove(0))
+                    };
+                    if let Ok(p) = permit {
+                        counts[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        p.complete(Completion::success());
+                    }
+                }
+            });
+        }
+    });
+    let counts: Vec<u64> = counts
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    assert!(counts.iter().all(|&n| n <= 3), "{counts:?}");
+    assert_eq!(counts.iter().sum::<u64>(), 120.min(3 * 50), "{counts:?}");
+}
