@@ -210,6 +210,12 @@ impl Scheduler {
         if leaving.is_some_and(|s| now >= s.at()) {
             return false;
         }
+        if guards.iter().any(|g| g.is_retired()) {
+            // A reload carried these reservations into new cells as time, where they
+            // can no longer be taken back one by one: everyone keeps the time promised
+            // (what the leaving call had reserved stays spent, never handed out twice).
+            return true;
+        }
         for ((q, _, first), g) in entries.iter().zip(guards.iter_mut()) {
             g.settle(&q.def, now);
             g.unwind_from(*first);

@@ -246,8 +246,18 @@ impl QuotaDef {
 
     /// A limiter of this definition carrying over what `old` had used, such that the
     /// switch never admits more than either definition would allow from here.
+    ///
+    /// Times already promised to waiters (reservations past `now`) carry over as
+    /// time: a quota of another kind counts as used up until the last of them, so a
+    /// promised time is never handed out twice. (A bucket turned into a bucket, or a
+    /// window into a window, carries them exactly.)
     pub(crate) fn convert(&self, old: &QuotaDef, state: &Limiter, now: Nanos) -> Limiter {
-        let used = old.used(state, now);
+        let promised = old.promised_until(state);
+        let (used, now) = if promised > now {
+            (u64::MAX, promised)
+        } else {
+            (old.used(state, now), now)
+        };
         match (self.kind, old.kind, state) {
             (Kind::Bucket(new), Kind::Bucket(prev), Limiter::Bucket(tat)) => {
                 Limiter::Bucket(new.convert_from(&prev, *tat, now))
@@ -268,6 +278,16 @@ impl QuotaDef {
                 in_flight: 0,
                 limit: k,
             },
+        }
+    }
+
+    /// Until when `state` holds times promised to waiters: a bucket until it would be
+    /// empty, a window until its newest entry (0: none).
+    fn promised_until(&self, state: &Limiter) -> Nanos {
+        match (self.kind, state) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => g.empty_at(*tat),
+            (Kind::Sliding(_), Limiter::Sliding(log)) => log.newest().unwrap_or(0),
+            _ => 0,
         }
     }
 

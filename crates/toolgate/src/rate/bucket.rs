@@ -189,6 +189,16 @@ impl Gcra {
         })
     }
 
+    /// The time at which the bucket is (or was) exactly empty, its reservations
+    /// beyond that served: the end of the times it has promised.
+    pub(crate) fn empty_at(&self, tat: Tat) -> Nanos {
+        let t = tat
+            .get()
+            .saturating_sub(self.tau())
+            .div_ceil(u128::from(self.n));
+        u64::try_from(t).unwrap_or(u64::MAX)
+    }
+
     /// Whole tokens available at `now` (0 while in debt).
     pub(crate) fn available(&self, tat: Tat, now: Nanos) -> u64 {
         let used = tat.get().saturating_sub(self.scale(now));
@@ -203,9 +213,15 @@ impl Gcra {
 
     /// The state of this bucket carrying over what `old` had used at `now`: the new
     /// bucket starts with no more tokens than the old one had left, nor than its burst.
+    ///
+    /// Reservations beyond an empty bucket (the admission times already promised to
+    /// waiters) carry over as time: the new bucket stays empty until the old one would
+    /// have been, so a promised time and a call under the new policy never share a
+    /// token.
     pub(crate) fn convert_from(&self, old: &Gcra, tat: Tat, now: Nanos) -> Tat {
-        let left = old.available(tat, now).min(self.burst);
-        Tat::from_u128(self.scale(now) + self.units(self.burst - left))
+        let at = old.empty_at(tat).max(now);
+        let left = old.available(tat, at).min(self.burst);
+        Tat::from_u128(self.scale(at) + self.units(self.burst - left))
     }
 }
 
@@ -222,6 +238,25 @@ mod tests {
         }
         *tat = g.charge(*tat, cost, now);
         Ok(())
+    }
+
+    #[test]
+    fn a_conversion_keeps_the_times_promised_beyond_an_empty_bucket() {
+        // 10/s, burst 2: two calls at 0 empty it, and waiters hold 100, 200 and 300 ms.
+        let old = Gcra::new(10, S, 2);
+        let mut tat = old.full(0);
+        for at in [0, 0, 100, 200, 300] {
+            tat = old.charge(tat, 1, at * 1_000_000);
+        }
+        // A larger burst at t = 0 neither hands out fresh tokens nor a promised time:
+        // the first call under it fits at 400 ms, after the last waiter.
+        let new = Gcra::new(10, S, 3);
+        let conv = new.convert_from(&old, tat, 0);
+        assert_eq!(new.earliest(conv, 1, 0), 400_000_000);
+        // Without reservations it is as before: no more tokens than were left.
+        let fresh = old.charge(old.full(0), 1, 0);
+        let conv = new.convert_from(&old, fresh, 0);
+        assert_eq!(new.available(conv, 0), 1);
     }
 
     proptest::proptest! {

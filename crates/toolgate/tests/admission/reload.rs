@@ -148,3 +148,65 @@ fn a_tool_handle_follows_a_reload() {
         2
     );
 }
+
+#[test]
+fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
+    // Waiters on a multi-threaded runtime, a third of them cancelled, while the
+    // policy flips at every step (a changed definition each time: a bucket's burst
+    // between 2 and 3, or a bucket and a sliding window of 2 per 200 ms) and the
+    // clock moves in steps. However it interleaves, the admissions up to any time t
+    // never exceed 3 plus what 10/s refills by t, which bounds both policies.
+    let head = "[tools.w]\non_limit = \"wait\"\nmax_wait = \"60s\"\nqueue_limit = 10000\n";
+    let pairs = [
+        ["rate = \"10/s\"\nburst = 2", "rate = \"10/s\"\nburst = 3"],
+        [
+            "rate = \"10/s\"\nburst = 2",
+            "rate = \"2/200ms\"\nwindow = \"sliding\"",
+        ],
+    ];
+    for (pair, policies) in pairs.iter().enumerate() {
+        let toml = |i: u64| format!("{head}{}", policies[(i % 2) as usize]);
+        let (engine, clock) = engine(&toml(0));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let admitted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut rng = fastrand::Rng::with_seed(7);
+        let tasks: Vec<_> = (0..300)
+            .map(|_| {
+                let (engine, admitted) = (engine.clone(), admitted.clone());
+                rt.spawn(async move {
+                    if let Ok(p) = engine.admit(&Call::new("w")).await {
+                        admitted.lock().unwrap().push(p.admitted_at());
+                    }
+                })
+            })
+            .collect();
+        for step in 1..=400u64 {
+            if rng.u8(..3) == 0 {
+                tasks[rng.usize(..tasks.len())].abort();
+            }
+            engine.apply(Policy::from_toml_str(&toml(step)).unwrap());
+            clock.advance(ms(10));
+            std::thread::yield_now();
+        }
+        clock.advance(Duration::from_secs(60));
+        for t in tasks {
+            let _ = rt.block_on(t);
+        }
+        let mut at = admitted.lock().unwrap().clone();
+        at.sort_unstable();
+        // About 4 s of clock at 10/s: the waiters kept being admitted throughout.
+        assert!(at.len() >= 20, "pair {pair}: {} admitted", at.len());
+        for (i, &t) in at.iter().enumerate() {
+            let allowed = 3 + t / 100_000_000;
+            assert!(
+                i as u64 + 1 <= allowed,
+                "pair {pair}: {} admitted by {t} ns, at most {allowed}: {:?}",
+                i + 1,
+                &at[..at.len().min(12)]
+            );
+        }
+    }
+}
