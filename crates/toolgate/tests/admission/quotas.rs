@@ -562,5 +562,6 @@ fn threads_racing_on_many_tenants_never_exceed_any_tenant_quota() {
         .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
         .collect();
     assert!(counts.iter().all(|&n| n <= 3), "{counts:?}");
-    assert_eq!(counts.iter().sum::<u64>(), 120.min(3 * 50), "{counts:?}");
+    // 50 tenants could take 150: the pool's 120 is what binds.
+    assert_eq!(counts.iter().sum::<u64>(), 120, "{counts:?}");
 }
