@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use toolgate::{Call, Policy};
+use toolgate::{Call, Clock, Policy};
 
 use crate::support::{admit_n, engine, ms, quota};
 
@@ -209,4 +209,74 @@ fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
             );
         }
     }
+}
+
+/// Counts a call out of a counter when dropped.
+struct Out<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn concurrency_waiters_racing_reloads_and_cancellations_never_exceed_the_limit() {
+    // Calls hold their slot across several clock steps; a third of the waiting ones
+    // are cancelled, and the limit flips between 2 and 3 (the cells are kept). At no
+    // moment are more than 3 calls in flight, and every slot comes back at the end.
+    let toml = |k: u64| {
+        format!("[tools.c]\nconcurrency = {k}\non_limit = \"wait\"\nmax_wait = \"60s\"\nqueue_limit = 10000")
+    };
+    let (engine, clock) = engine(&toml(2));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut rng = fastrand::Rng::with_seed(11);
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let (engine, clock) = (engine.clone(), clock.clone());
+            let (inside, most, done) = (inside.clone(), most.clone(), done.clone());
+            rt.spawn(async move {
+                if let Ok(_permit) = engine.admit(&Call::new("c")).await {
+                    let n = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    most.fetch_max(n, std::sync::atomic::Ordering::SeqCst);
+                    // Counted out before the permit goes, even when the task is
+                    // cancelled while it holds it (drop order: this, then the permit).
+                    let _out = Out(&inside);
+                    let until = clock.now() + 20_000_000;
+                    clock.sleep_until(until).await;
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for step in 1..=600u64 {
+        if rng.u8(..4) == 0 {
+            tasks[rng.usize(..tasks.len())].abort();
+        }
+        if step % 7 == 0 {
+            engine.apply(Policy::from_toml_str(&toml(2 + step % 2)).unwrap());
+        }
+        clock.advance(ms(10));
+        std::thread::yield_now();
+    }
+    clock.advance(Duration::from_secs(120));
+    for t in tasks {
+        let _ = rt.block_on(t);
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 3, "{most} in flight at once");
+    assert!(done.load(std::sync::atomic::Ordering::SeqCst) >= 20);
+    assert_eq!(engine.tool_state("c", None).unwrap().in_flight, 0);
+    // The last reload (step 595) set the limit to 3: every slot is free again.
+    assert_eq!(
+        quota(&engine, "c", "tools.c.concurrency").available,
+        Some(3)
+    );
 }
