@@ -157,11 +157,16 @@ fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
     // clock moves in steps. However it interleaves, the admissions up to any time t
     // never exceed 3 plus what 10/s refills by t, which bounds both policies.
     let head = "[tools.w]\non_limit = \"wait\"\nmax_wait = \"60s\"\nqueue_limit = 10000\n";
+    // The last pair partitions by tenant: each of three tenants has its own bound.
     let pairs = [
         ["rate = \"10/s\"\nburst = 2", "rate = \"10/s\"\nburst = 3"],
         [
             "rate = \"10/s\"\nburst = 2",
             "rate = \"2/200ms\"\nwindow = \"sliding\"",
+        ],
+        [
+            "rate = \"10/s\"\nburst = 2\npartition = \"tenant\"",
+            "rate = \"10/s\"\nburst = 3\npartition = \"tenant\"",
         ],
     ];
     for (pair, policies) in pairs.iter().enumerate() {
@@ -173,12 +178,17 @@ fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
             .unwrap();
         let admitted = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut rng = fastrand::Rng::with_seed(7);
+        let tenants = if pair == 2 { 3 } else { 1 };
         let tasks: Vec<_> = (0..300)
-            .map(|_| {
+            .map(|i| {
                 let (engine, admitted) = (engine.clone(), admitted.clone());
                 rt.spawn(async move {
-                    if let Ok(p) = engine.admit(&Call::new("w")).await {
-                        admitted.lock().unwrap().push(p.admitted_at());
+                    let tenant = format!("t{}", i % tenants);
+                    if let Ok(p) = engine.admit(&Call::new("w").tenant(&tenant)).await {
+                        admitted
+                            .lock()
+                            .unwrap()
+                            .push((i % tenants, p.admitted_at()));
                     }
                 })
             })
@@ -195,18 +205,25 @@ fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
         for t in tasks {
             let _ = rt.block_on(t);
         }
-        let mut at = admitted.lock().unwrap().clone();
-        at.sort_unstable();
-        // About 4 s of clock at 10/s: the waiters kept being admitted throughout.
-        assert!(at.len() >= 20, "pair {pair}: {} admitted", at.len());
-        for (i, &t) in at.iter().enumerate() {
-            let allowed = 3 + t / 100_000_000;
-            assert!(
-                (i as u64) < allowed,
-                "pair {pair}: {} admitted by {t} ns, at most {allowed}: {:?}",
-                i + 1,
-                &at[..at.len().min(12)]
-            );
+        let admitted = admitted.lock().unwrap().clone();
+        for tenant in 0..tenants {
+            let mut at: Vec<u64> = admitted
+                .iter()
+                .filter(|&&(t, _)| t == tenant)
+                .map(|&(_, at)| at)
+                .collect();
+            at.sort_unstable();
+            // About 4 s of clock at 10/s: the waiters kept being admitted throughout.
+            assert!(at.len() >= 20, "pair {pair}: {} admitted", at.len());
+            for (i, &t) in at.iter().enumerate() {
+                let allowed = 3 + t / 100_000_000;
+                assert!(
+                    (i as u64) < allowed,
+                    "pair {pair}, tenant {tenant}: {} admitted by {t} ns, at most {allowed}: {:?}",
+                    i + 1,
+                    &at[..at.len().min(12)]
+                );
+            }
         }
     }
 }
