@@ -113,14 +113,11 @@ impl Partitions {
     /// The same partitions with each cell converted (policy reload). Each goes into
     /// the shard the new partitions look it up in: their hasher and their number of
     /// shards (which follows `max`) both differ from these.
-    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Cell) -> Self {
+    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Arc<Cell>) -> Self {
         let new = Self::new(max);
         for old in self.shards.iter() {
             for (k, cell) in &old.lock().map {
-                new.shard(k)
-                    .lock()
-                    .map
-                    .insert(k.clone(), Arc::new(convert(cell)));
+                new.shard(k).lock().map.insert(k.clone(), convert(cell));
             }
         }
         for fresh in new.shards.iter() {

@@ -38,7 +38,7 @@ use crate::decision::{Call, Reason, Rejection};
 use crate::engine::Core;
 use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota};
+use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota, Successor};
 use crate::sync::{AtomicU64, Mutex};
 
 /// Every reservation that is still in the future, by arrival order.
@@ -283,6 +283,18 @@ impl Core {
         let now = self.clock.now();
         {
             let mut g = h.cell(quota).lock();
+            if g.is_retired() {
+                // A reload carried the quota's state into another cell: the difference
+                // goes there, after whatever that cell has promised.
+                let next = g.successor();
+                drop(g);
+                if let Some((cell, def)) = next.map(Successor::follow) {
+                    let mut g = cell.lock();
+                    g.settle(&def, now);
+                    apply_difference(&mut g, &def, h.cost, actual, since, now);
+                }
+                return;
+            }
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);

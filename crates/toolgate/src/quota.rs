@@ -121,7 +121,35 @@ pub(crate) enum Limiter {
     },
     /// A reload carried the state into another cell: whoever finds this under the
     /// lock starts over on the policy now in force (a charge here would be lost).
-    Retired,
+    /// A token estimate reconciled late follows the successor.
+    Retired(Option<Box<Successor>>),
+}
+
+/// The cell that carries a retired cell's state, and its definition.
+#[derive(Debug, Clone)]
+pub(crate) struct Successor {
+    /// Held strongly: a retired cell lives only while something from before the
+    /// reload (a permit) still refers to it, and its successor must outlive it. Only
+    /// unpartitioned quotas link (see [`Quota::converted`]).
+    pub(crate) cell: Arc<Cell>,
+    pub(crate) def: QuotaDef,
+}
+
+// === impl Successor ===
+
+impl Successor {
+    /// The live cell at the end of the chain of reloads since, with its definition.
+    /// Takes one lock at a time.
+    pub(crate) fn follow(self) -> (Arc<Cell>, QuotaDef) {
+        let (mut cell, mut def) = (self.cell, self.def);
+        loop {
+            let next = cell.lock().successor();
+            match next {
+                Some(n) => (cell, def) = (n.cell, n.def),
+                None => return (cell, def),
+            }
+        }
+    }
 }
 
 /// Reservations of waiters (future admissions, in time order) and concurrency
@@ -340,17 +368,31 @@ impl Quota {
             }
         }
         // The old cell is retired under the same lock that reads its state, so no
-        // call can charge it after the state has moved (it starts over instead).
-        let convert = |cell: &Cell| {
-            let state = std::mem::replace(&mut cell.lock().limiter, Limiter::Retired);
-            def.convert(&old.def, &state, now)
+        // call can charge it after the state has moved (it starts over instead), and
+        // it points to the cell that carries the state now.
+        let succeed = |cell: &Cell, single: bool| {
+            let mut g = cell.lock();
+            let state = std::mem::replace(&mut g.limiter, Limiter::Retired(None));
+            let limiter = def.convert(&old.def, &state, now);
+            let next = Arc::new(if single {
+                Cell::single(&def, limiter)
+            } else {
+                Cell::new(limiter)
+            });
+            // A tenant partition gets no link: it would hold the new partition, which
+            // eviction must stay free to drop (a late token difference is then lost).
+            g.limiter = Limiter::Retired(single.then(|| {
+                Box::new(Successor {
+                    cell: next.clone(),
+                    def: def.clone(),
+                })
+            }));
+            next
         };
         let slot = match (&old.slot, def.partitioned) {
-            (Slot::Single(cell), false) => {
-                Slot::Single(Arc::new(Cell::single(&def, convert(cell))))
-            }
+            (Slot::Single(cell), false) => Slot::Single(succeed(cell, true)),
             (Slot::Partitioned(parts), true) => Slot::Partitioned(Arc::new(
-                parts.converted(def.max_partitions, |c| Cell::new(convert(c))),
+                parts.converted(def.max_partitions, |c| succeed(c, false)),
             )),
             (_, true) => Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions))),
             (_, false) => Slot::Single(Arc::new(Cell::single(&def, def.fresh(now)))),
@@ -526,9 +568,18 @@ impl fmt::Debug for CellGuard<'_> {
 // === impl CellState ===
 
 impl CellState {
+    /// The link to the cell that took this retired cell's state (`None` while the
+    /// cell is live); follow it with [`Successor::follow`] once this lock is let go.
+    pub(crate) fn successor(&self) -> Option<Successor> {
+        match &self.limiter {
+            Limiter::Retired(Some(next)) => Some((**next).clone()),
+            _ => None,
+        }
+    }
+
     /// Whether a reload moved this cell's state elsewhere (see [`Limiter::Retired`]).
     pub(crate) fn is_retired(&self) -> bool {
-        matches!(self.limiter, Limiter::Retired)
+        matches!(self.limiter, Limiter::Retired(_))
     }
 
     /// Folds reservations whose time has come into the committed state and trims
@@ -599,7 +650,7 @@ impl CellState {
         let before = match &self.limiter {
             Limiter::Bucket(tat) => Snapshot::Bucket(*tat),
             Limiter::Sliding(log) => Snapshot::Sliding(log.len()),
-            Limiter::Concurrency { .. } | Limiter::Retired => return self.charge(def, cost, at),
+            Limiter::Concurrency { .. } | Limiter::Retired(_) => return self.charge(def, cost, at),
         };
         self.charge(def, cost, at);
         let p = self.pending.get_or_insert_with(Box::default);

@@ -112,6 +112,28 @@ fn admissions_racing_reloads_never_exceed_what_the_quota_holds() {
 }
 
 #[test]
+fn a_token_estimate_reconciled_after_a_reload_reaches_the_new_budget() {
+    // Two reloads that change the budget while calls are in flight: the difference
+    // between estimate and actual count lands in the budget now in force, whether
+    // the call used more (charged) or less (refunded). (Per-tenant budgets do not
+    // link their partitions across a reload: see `docs/semantics.md`.)
+    let (engine, _clock) = engine("[tools.llm]\ntokens = \"1000/min\"");
+    let tokens = |e: &toolgate::Engine| quota(e, "llm", "tools.llm.tokens").available;
+    let more = engine.try_admit(&Call::new("llm").tokens(300)).unwrap();
+    let less = engine.try_admit(&Call::new("llm").tokens(200)).unwrap();
+    assert_eq!(tokens(&engine), Some(500));
+    for burst in [1200, 1100] {
+        let toml = format!("[tools.llm]\ntokens = \"1000/min\"\ntokens_burst = {burst}");
+        engine.apply(Policy::from_toml_str(&toml).unwrap());
+    }
+    assert_eq!(tokens(&engine), Some(500));
+    more.complete(toolgate::Completion::success().tokens(450));
+    assert_eq!(tokens(&engine), Some(350));
+    less.complete(toolgate::Completion::success().tokens(50));
+    assert_eq!(tokens(&engine), Some(500));
+}
+
+#[test]
 fn calls_in_flight_across_a_reload_still_count_against_concurrency() {
     let (engine, _clock) = engine("[tools.db]\nconcurrency = 2");
     let held: Vec<_> = (0..2)
