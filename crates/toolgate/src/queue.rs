@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::admission::{binds, lock_all, Denied, Step};
+use crate::admission::{binds, lock_all, retired, Denied, Step};
 use crate::clock::{nanos, Clock, Nanos, Sleep};
 use crate::config::MAX_WAIT_LIMIT;
 use crate::decision::{Call, Reason, Rejection};
@@ -210,7 +210,7 @@ impl Scheduler {
         if leaving.is_some_and(|s| now >= s.at()) {
             return false;
         }
-        if guards.iter().any(|g| g.is_retired()) {
+        if retired(&guards) {
             // A reload carried these reservations into new cells as time, where they
             // can no longer be taken back one by one: everyone keeps the time promised
             // (what the leaving call had reserved stays spent, never handed out twice).
@@ -284,16 +284,7 @@ impl Core {
         {
             let mut g = h.cell(quota).lock();
             if g.is_retired() {
-                // A reload carried the quota's state into another cell: the difference
-                // goes there, after whatever that cell has promised.
-                let next = g.successor();
-                drop(g);
-                if let Some((cell, def)) = next.map(Successor::follow) {
-                    let mut g = cell.lock();
-                    g.settle(&def, now);
-                    apply_difference(&mut g, &def, h.cost, actual, since, now);
-                }
-                return;
+                return reconcile_successor(g, h.cost, actual, since, now);
             }
             g.settle(def, now);
             if !g.has_future(now) {
@@ -304,6 +295,10 @@ impl Core {
         let now = self.clock.now();
         let first = {
             let mut g = h.cell(quota).lock();
+            if g.is_retired() {
+                // Retired by a reload since the lock above was let go.
+                return reconcile_successor(g, h.cost, actual, since, now);
+            }
             g.settle(def, now);
             if !g.has_future(now) {
                 return apply_difference(&mut g, def, h.cost, actual, since, now);
@@ -337,6 +332,24 @@ impl Core {
                 guards[i].refund(def, refund, since, now);
             }
         });
+    }
+}
+
+/// Reconciles against the cell that carries a retired cell's state now (a reload
+/// moved it): the difference goes there, after whatever that cell has promised.
+fn reconcile_successor(
+    retired: crate::quota::CellGuard<'_>,
+    estimate: u64,
+    actual: u64,
+    since: Option<(Nanos, &Mutex<u128>)>,
+    now: Nanos,
+) {
+    let next = retired.successor();
+    drop(retired);
+    if let Some((cell, def)) = next.map(Successor::follow) {
+        let mut g = cell.lock();
+        g.settle(&def, now);
+        apply_difference(&mut g, &def, estimate, actual, since, now);
     }
 }
 
@@ -436,7 +449,7 @@ impl ToolRuntime {
             let now = clock.now();
             sched.collect_debts(now);
             let mut guards: SmallVec<[_; 4]> = rate.iter().map(|s| s.cell.get().lock()).collect();
-            if guards.iter().any(|g| g.is_retired()) {
+            if retired(&guards) {
                 return Err(Refusal::Stale);
             }
             let mut at = now;
