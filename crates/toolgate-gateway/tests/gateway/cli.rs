@@ -11,9 +11,14 @@ fn toolgate() -> Command {
 
 /// Starts `toolgate serve` and reads its address from stdout.
 fn serve(args: &[&str]) -> (Child, String, Vec<String>) {
+    serve_on("127.0.0.1:0", args)
+}
+
+/// [`serve`], listening on `listen`.
+fn serve_on(listen: &str, args: &[&str]) -> (Child, String, Vec<String>) {
     let mut child = toolgate()
         .arg("serve")
-        .args(["--listen", "127.0.0.1:0"])
+        .args(["--listen", listen])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -241,24 +246,10 @@ fn check_reads_json_by_its_content_or_an_upper_case_extension() {
 fn serve_listens_on_a_host_name_such_as_localhost() {
     // Regression: `--listen` took only `IP:PORT`, so `--listen localhost:8787` was a
     // usage error (exit 2).
-    let mut child = toolgate()
-        .args(["serve", "--listen", "localhost:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn toolgate");
-    let out = child.stdout.take().expect("stdout");
-    let first = BufReader::new(out)
-        .lines()
-        .next()
-        .expect("a line")
-        .expect("line");
+    let (mut child, base, _) = serve_on("localhost:0", &[]);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(
-        first.starts_with("toolgate listening on http://127.0.0.1:"),
-        "{first}"
-    );
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
 }
 
 #[test]
