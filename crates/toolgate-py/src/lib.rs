@@ -25,5 +25,8 @@ fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rejection::Rejection>()?;
     m.add_class::<waiting::Waiting>()?;
     m.add_class::<clock::PyManualClock>()?;
+    // Wakers that fire while the interpreter exits must not call into it.
+    let stop = wrap_pyfunction!(waiting::stop_notifier, m)?;
+    m.py().import("atexit")?.call_method1("register", (stop,))?;
     Ok(())
 }

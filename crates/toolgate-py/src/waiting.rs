@@ -159,6 +159,10 @@ impl Wake for Notify {
     }
 }
 
+/// Whether the notifier may still call Python. Cleared by [`stop_notifier`] when the
+/// interpreter starts to exit; the notifier holds the lock while it calls Python.
+static OPEN: Mutex<bool> = Mutex::new(true);
+
 /// The one thread that calls Python on behalf of wakers.
 fn notifier() -> &'static Sender<Arc<Notify>> {
     static TX: OnceLock<Sender<Arc<Notify>>> = OnceLock::new();
@@ -168,6 +172,14 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
             .name("toolgate-notify".into())
             .spawn(move || {
                 for n in rx {
+                    // Attaching to an interpreter that is finalizing ends this thread
+                    // inside CPython and aborts the process, so a wake that comes
+                    // after exit began (a store reply, a permit freed during
+                    // teardown) is dropped: no loop is left to run its callback.
+                    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+                    if !*open {
+                        continue;
+                    }
                     Python::attach(|py| {
                         // The loop may be closed by now; then nobody waits any more.
                         if let Err(e) = n.callback.call0(py) {
@@ -176,6 +188,7 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
                             }
                         }
                     });
+                    drop(open);
                 }
             });
         if let Err(e) = spawned {
@@ -183,4 +196,12 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
         }
         tx
     })
+}
+
+/// Stops the notifier from calling Python; registered with `atexit`, which runs
+/// before the interpreter starts finalizing. It waits, without the GIL, for a
+/// callback in progress to finish.
+#[pyfunction]
+pub(crate) fn stop_notifier(py: Python<'_>) {
+    py.detach(|| *OPEN.lock().unwrap_or_else(PoisonError::into_inner) = false);
 }

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -220,3 +223,45 @@ async def test_cancelling_a_waiter_on_the_real_clock_frees_its_place() -> None:
     permit = await second
     assert time.monotonic() - start < 0.3  # moved up into first's place
     assert permit.waited == pytest.approx(0.2, abs=0.08)
+
+
+_WAKE_DURING_EXIT = textwrap.dedent(
+    """
+    import os, sys, time
+    from toolgate._toolgate import Engine, Permit, Waiting
+
+    engine = Engine.from_toml('[tools.t]\\nconcurrency = 1\\non_limit = "wait"\\nmax_wait = "60s"\\n')
+
+    class Teardown:
+        def __init__(self):
+            self.permit = engine.try_admit("t")
+            assert isinstance(self.permit, Permit)
+            self.waiting = engine.admit("t", max_wait=60.0)
+            assert isinstance(self.waiting, Waiting)
+            self.waiting.poll(lambda: None)  # pending: its waker is registered
+
+        def __del__(self):
+            # Runs in the interpreter's last garbage collection: the freed slot
+            # wakes the waiter, and the loop below lets another thread take the GIL.
+            os.write(1, b"finalizing=%d\\n" % sys.is_finalizing())
+            self.permit.release()
+            end = time.monotonic() + 0.3
+            while time.monotonic() < end:
+                pass
+
+    holder = Teardown()
+    holder.cycle = holder  # only the final collection frees it
+    del holder
+    """
+)
+
+
+def test_a_wake_while_the_interpreter_exits_does_not_call_into_it() -> None:
+    # A waker that fires during interpreter shutdown (a permit freed by the final
+    # collection, a Redis reply arriving late) used to make the notifier thread
+    # attach to a finalizing interpreter: a Rust panic here, and in one CI run an
+    # abort ("PyGILState_Release: thread state ... must be current").
+    out = subprocess.run([sys.executable, "-c", _WAKE_DURING_EXIT], capture_output=True, text=True, timeout=60)
+    assert "finalizing=1" in out.stdout, (out.stdout, out.stderr)
+    assert out.returncode == 0, out.stderr
+    assert "panicked" not in out.stderr and "Fatal Python error" not in out.stderr, out.stderr
