@@ -443,7 +443,10 @@ impl ToolRuntime {
         let Some(bucket) = self.fast_bucket() else {
             return false;
         };
-        if !self.ungated(now) || !bucket.try_charge(call.count, now) {
+        if self.superseded.load(std::sync::atomic::Ordering::Acquire)
+            || !self.ungated(now)
+            || !bucket.try_charge(call.count, now)
+        {
             return false;
         }
         self.stats.on_admit(Duration::ZERO, call.tenant);

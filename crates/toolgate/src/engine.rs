@@ -594,6 +594,10 @@ impl Engine {
         self.inner
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Release);
+        for tool in old.tools.values() {
+            tool.superseded
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         Ok(())
     }
 
@@ -671,26 +675,31 @@ impl ToolHandle {
     /// A [`Rejection`]; nothing was consumed.
     #[inline(always)]
     pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
-        let core = &self.engine.inner.core;
-        if let Some(tool) = self.current().filter(|_| core.store.is_none()) {
-            let now = core.now();
+        // No generation check here: a reload marks the runtimes it replaced as
+        // superseded, which closes their fast path (the general path re-resolves).
+        if let Some((_, tool)) = &self.cached {
+            let now = self.engine.inner.core.now();
             if tool.try_admit_fast(call, now) {
                 return Ok(ScopedPermit::fast(tool, now));
             }
-            return self.try_admit_scoped_general(Some((tool, now)), call);
+            return self.try_admit_scoped_general(Some(now), call);
         }
         self.try_admit_scoped_general(None, call)
     }
 
-    /// [`ToolHandle::try_admit_scoped`] past the fast path (tried on `tried`'s tool at
-    /// its time, if any), out of line so that the fast path stays small enough to
+    /// [`ToolHandle::try_admit_scoped`] past the fast path (tried on the cached tool at
+    /// the time `tried`, if any), out of line so that the fast path stays small enough to
     /// inline.
     #[inline(never)]
     fn try_admit_scoped_general<'a>(
         &'a self,
-        tried: Option<(&'a Arc<ToolRuntime>, crate::clock::Nanos)>,
+        tried: Option<crate::clock::Nanos>,
         call: &Call<'_>,
     ) -> Result<ScopedPermit<'a>, Rejection> {
+        let core = &self.engine.inner.core;
+        let tried = tried
+            .and_then(|now| Some((self.current()?, now)))
+            .filter(|_| core.store.is_none());
         match tried.map(|(tool, now)| (tool, tool.try_admit_general(call, now))) {
             Some((_, Ok(permit))) => Ok(ScopedPermit::owned(permit)),
             Some((tool, Err(d))) if !d.stale => Err(tool.refuse(d, call.tenant)),

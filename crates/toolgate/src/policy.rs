@@ -56,6 +56,11 @@ pub(crate) struct ToolRuntime {
     /// bucket that has the one-word form: admission then takes the lock-free fast
     /// path (one compare-and-swap).
     pub(crate) fast: Option<Arc<crate::quota::Cell>>,
+    /// Set by the reload that replaced this runtime: closes the fast path of
+    /// [`crate::ToolHandle`]s still holding it, which then re-resolve the tool
+    /// (checked on the fast path instead of the engine's generation, which lies a
+    /// pointer further away).
+    pub(crate) superseded: std::sync::atomic::AtomicBool,
     /// The indices of `quotas` in lock order, when none is partitioned (their cells
     /// are then fixed): a call's plan is built in that order without sorting.
     pub(crate) lock_order: Option<Box<[usize]>>,
@@ -204,7 +209,8 @@ impl Compiled {
                 }
             }
             let stats = stats_of(name);
-            let fast = fast_path(&list);
+            // On a shared store the store decides: the synchronous fast path never applies.
+            let fast = core.store.is_none().then(|| fast_path(&list)).flatten();
             let adaptive = t.adaptive.as_ref().and_then(|cfg| {
                 let quota = list
                     .iter()
@@ -254,6 +260,7 @@ impl Compiled {
                     stats,
                     core: core.clone(),
                     fast,
+                    superseded: std::sync::atomic::AtomicBool::new(false),
                     breaker,
                     adaptive,
                     circuit_path: format!("{prefix}.circuit").into(),

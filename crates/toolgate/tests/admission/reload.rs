@@ -172,6 +172,32 @@ fn a_tool_handle_follows_a_reload() {
 }
 
 #[test]
+fn a_scoped_permit_of_a_handle_resolved_before_a_reload_obeys_the_new_policy() {
+    // The bucket's definition is unchanged, so its cell (and its lock-free word)
+    // carries over; the reload adds a concurrency limit, which takes the tool off
+    // the fast path. A handle resolved before the reload must not keep admitting
+    // through the old runtime's fast path.
+    let (engine, _clock) = engine("[tools.a]\nrate = \"100/s\"\nburst = 100");
+    let handle = engine.tool("a");
+    let call = Call::new("a");
+    drop(handle.try_admit_scoped(&call).unwrap());
+    engine.apply(
+        Policy::from_toml_str("[tools.a]\nrate = \"100/s\"\nburst = 100\nconcurrency = 1").unwrap(),
+    );
+    let held = handle.try_admit_scoped(&call).unwrap();
+    let no = handle.try_admit_scoped(&call).map(|p| p.into_owned());
+    assert_eq!(
+        no.map(|_| ())
+            .map_err(|r| (r.reason().as_str(), r.quota().to_owned())),
+        Err(("concurrency_limited", "tools.a.concurrency".to_owned()))
+    );
+    drop(held);
+    assert!(handle.try_admit_scoped(&call).is_ok());
+    // The bucket kept its state: 1 + 2 + 1 taken of 100.
+    assert_eq!(quota(&engine, "a", "tools.a.rate").available, Some(97));
+}
+
+#[test]
 fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
     // Waiters on a multi-threaded runtime, a third of them cancelled, while the
     // policy flips at every step (a changed definition each time: a bucket's burst
