@@ -207,6 +207,25 @@ pub(crate) fn charge(
     }
 }
 
+// === impl Quota ===
+
+impl Quota {
+    /// What `call` costs on this quota.
+    #[inline]
+    fn cost(&self, call: &Call<'_>) -> u64 {
+        match self.def.cost_of {
+            CostOf::Requests => call.count,
+            CostOf::Tokens => call.tokens,
+        }
+    }
+
+    /// Whether `call`'s cost is within the quota's capacity.
+    #[inline]
+    fn fits(&self, call: &Call<'_>) -> bool {
+        self.cost(call) <= self.def.capacity()
+    }
+}
+
 // === impl ToolRuntime ===
 
 impl ToolRuntime {
@@ -227,18 +246,27 @@ impl ToolRuntime {
     /// The quotas governing `call`, sorted in lock order.
     pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Rejection> {
         let mut plan = Plan::new();
-        if let Some(order) = &self.lock_order {
-            for &rank in order.iter() {
-                match self.step(rank, call, now) {
-                    Ok(step) => plan.push(step),
-                    // Named in config order, as below.
-                    Err(_) => break,
+        // Every quota unpartitioned: the steps cannot fail but for a cost above a
+        // capacity (named in config order, by the loop below). The steps are built
+        // in place: a `Result` per step went through the stack, and reading it back
+        // stalled on store forwarding.
+        if let Some(order) = self
+            .lock_order
+            .as_deref()
+            .filter(|_| self.quotas.iter().all(|q| q.fits(call)))
+        {
+            for &rank in order {
+                let q = &self.quotas[rank];
+                if let Slot::Single(cell) = &q.slot {
+                    plan.push(Step {
+                        quota: q,
+                        cell: CellRef::Shared(cell),
+                        cost: q.cost(call),
+                        rank,
+                    });
                 }
             }
-            if plan.len() == order.len() {
-                return Ok(plan);
-            }
-            plan.clear();
+            return Ok(plan);
         }
         for rank in 0..self.quotas.len() {
             plan.push(self.step(rank, call, now)?);
@@ -253,10 +281,7 @@ impl ToolRuntime {
     #[inline(always)]
     fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Rejection> {
         let q = &self.quotas[rank];
-        let cost = match q.def.cost_of {
-            CostOf::Requests => call.count,
-            CostOf::Tokens => call.tokens,
-        };
+        let cost = q.cost(call);
         if cost > q.def.capacity() {
             return Err(self.rejection(q, Reason::CostExceedsCapacity, None));
         }

@@ -218,18 +218,21 @@ impl Permit {
         };
         if !self.held.is_empty() {
             let core = &tool.core;
-            for h in std::mem::take(&mut self.held) {
+            // By reference, then cleared: moving the parts out went through the
+            // stack, and reading them back stalled on store forwarding.
+            for h in &self.held {
                 let quota = h.quota(tool);
                 match (quota.def.kind, quota.def.cost_of) {
                     (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),
                     (_, CostOf::Tokens) => {
                         if let Some(actual) = completion.and_then(|c| c.tokens) {
-                            core.reconcile(quota, &h, actual, None);
+                            core.reconcile(quota, h, actual, None);
                         }
                     }
                     _ => {}
                 }
             }
+            self.held.clear();
         }
         tool.end_call(completion, self.probe);
     }
