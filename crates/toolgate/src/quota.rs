@@ -512,12 +512,15 @@ impl FastBucket {
     /// explains), or while the state is under the lock.
     #[inline]
     pub(crate) fn try_charge(&self, cost: u64, now: Nanos) -> bool {
+        let Some(charge) = self.form.prepare(cost, now) else {
+            return false;
+        };
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             if word == Self::LOCKED {
                 return false;
             }
-            let Some(next) = self.form.charge(word, cost, now) else {
+            let Some(next) = charge.apply(word) else {
                 return false;
             };
             if next == Self::LOCKED {

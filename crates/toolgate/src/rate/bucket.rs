@@ -41,6 +41,23 @@ pub(crate) struct WordForm {
     g: u64,
 }
 
+/// A charge of some cost at some time, in a [`WordForm`]'s units.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WordCharge {
+    now: u64,
+    add: u64,
+    limit: u64,
+}
+
+impl WordCharge {
+    /// The state after this charge on `word`, or `None` when it does not conform.
+    #[inline]
+    pub(crate) fn apply(self, word: u64) -> Option<u64> {
+        let next = word.max(self.now).checked_add(self.add)?;
+        (next <= self.limit).then_some(next)
+    }
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -56,11 +73,20 @@ impl WordForm {
     /// decides). The same rule as [`Gcra::earliest`] and [`Gcra::charge`].
     #[inline]
     pub(crate) fn charge(&self, word: u64, cost: u64, now: Nanos) -> Option<u64> {
+        self.prepare(cost, now)?.apply(word)
+    }
+
+    /// The part of [`WordForm::charge`] that does not depend on the state, worked out
+    /// once before the state is read: under contention, the less there is between
+    /// reading the word and swapping it, the fewer swaps fail.
+    #[inline]
+    pub(crate) fn prepare(&self, cost: u64, now: Nanos) -> Option<WordCharge> {
         let now = now.checked_mul(self.k)?;
-        let next = word
-            .max(now)
-            .checked_add(cost.checked_mul(self.per_token)?)?;
-        (next <= now.checked_add(self.tau)?).then_some(next)
+        Some(WordCharge {
+            now,
+            add: cost.checked_mul(self.per_token)?,
+            limit: now.checked_add(self.tau)?,
+        })
     }
 
     /// The word of a scaled state, if it has one.
