@@ -49,15 +49,6 @@ pub(crate) struct WordCharge {
     limit: u64,
 }
 
-impl WordCharge {
-    /// The state after this charge on `word`, or `None` when it does not conform.
-    #[inline]
-    pub(crate) fn apply(self, word: u64) -> Option<u64> {
-        let next = word.max(self.now).checked_add(self.add)?;
-        (next <= self.limit).then_some(next)
-    }
-}
-
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -68,17 +59,16 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 // === impl WordForm ===
 
 impl WordForm {
-    /// The state after charging `cost` tokens at `now`, or `None` when they do not
-    /// conform now (or the arithmetic would leave a word: the general path then
-    /// decides). The same rule as [`Gcra::earliest`] and [`Gcra::charge`].
-    #[inline]
+    /// [`WordCharge::apply`] of [`WordForm::prepare`] in one step.
+    #[cfg(test)]
     pub(crate) fn charge(&self, word: u64, cost: u64, now: Nanos) -> Option<u64> {
         self.prepare(cost, now)?.apply(word)
     }
 
-    /// The part of [`WordForm::charge`] that does not depend on the state, worked out
-    /// once before the state is read: under contention, the less there is between
-    /// reading the word and swapping it, the fewer swaps fail.
+    /// A charge of `cost` tokens at `now`, with everything that does not depend on
+    /// the state worked out before the state is read: under contention, the less
+    /// there is between reading the word and swapping it, the fewer swaps fail.
+    /// `None` when the arithmetic would leave a word (the general path then decides).
     #[inline]
     pub(crate) fn prepare(&self, cost: u64, now: Nanos) -> Option<WordCharge> {
         let now = now.checked_mul(self.k)?;
@@ -102,6 +92,19 @@ impl WordForm {
     /// The scaled state of a word.
     pub(crate) fn to_tat(self, word: u64) -> Tat {
         Tat::from_u128(u128::from(word) * u128::from(self.g))
+    }
+}
+
+// === impl WordCharge ===
+
+impl WordCharge {
+    /// The state after this charge on `word`, or `None` when it does not conform now
+    /// (or would leave a word). The same rule as [`Gcra::earliest`] and
+    /// [`Gcra::charge`].
+    #[inline]
+    pub(crate) fn apply(self, word: u64) -> Option<u64> {
+        let next = word.max(self.now).checked_add(self.add)?;
+        (next <= self.limit).then_some(next)
     }
 }
 
