@@ -27,6 +27,9 @@ pub(crate) struct Engine {
     deny_unknown: bool,
     /// The quotas live in a shared store (Redis): every admission is a round trip.
     shared: bool,
+    /// The process that connected to the store: a child after `fork()` has neither
+    /// the connection's thread nor a socket of its own.
+    pid: u32,
 }
 
 // === impl Engine ===
@@ -62,7 +65,20 @@ impl Engine {
             waiting_tools,
             deny_unknown,
             shared,
+            pid: std::process::id(),
         })
+    }
+
+    /// Refuses to use a store connection made in another process (the parent of a
+    /// `fork()`), which would hang or share its socket.
+    fn check_process(&self) -> PyResult<()> {
+        if self.shared && self.pid != std::process::id() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "toolgate: this policy's store connection was made in another process \
+                 (before fork()); create the policy in this process",
+            ));
+        }
+        Ok(())
     }
 
     fn permit(&self, py: Python<'_>, p: toolgate::Permit) -> PyResult<Py<PyAny>> {
@@ -106,6 +122,7 @@ impl Engine {
         tenant: Option<&str>,
         tokens: u64,
     ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
         let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
         let decided = if self.shared {
             // A round trip to the store, bounded by its timeout, without the GIL.
@@ -132,6 +149,7 @@ impl Engine {
         tokens: u64,
         max_wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
         let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
         let waits = max_wait.is_some() || self.waiting_tools.contains(tool);
         if !waits && !self.shared {

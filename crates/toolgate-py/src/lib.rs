@@ -25,8 +25,17 @@ fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rejection::Rejection>()?;
     m.add_class::<waiting::Waiting>()?;
     m.add_class::<clock::PyManualClock>()?;
-    // Wakers that fire while the interpreter exits must not call into it.
+    // Wakers that fire while the interpreter exits must not call into it, and a
+    // child process after fork() needs a notifier thread of its own.
+    let py = m.py();
     let stop = wrap_pyfunction!(waiting::stop_notifier, m)?;
-    m.py().import("atexit")?.call_method1("register", (stop,))?;
+    py.import("atexit")?.call_method1("register", (stop,))?;
+    let after = wrap_pyfunction!(waiting::after_fork_in_child, m)?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("after_in_child", after)?;
+    // POSIX only: without fork() there is nothing to do.
+    if let Ok(register) = py.import("os")?.getattr("register_at_fork") {
+        register.call((), Some(&kwargs))?;
+    }
     Ok(())
 }

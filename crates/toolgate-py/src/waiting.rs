@@ -25,7 +25,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwapOption;
 use std::task::{Context, Poll, Wake, Waker};
 
 use pyo3::prelude::*;
@@ -152,22 +154,52 @@ impl Wake for Notify {
 
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.fired.swap(true, Ordering::AcqRel) {
-            // The notifier thread only stops with the process; a failed send means
-            // it is gone, and then so is the loop that waited.
-            let _ = notifier().send(self.clone());
+            // A failed send means the notifier thread is gone, and then so is the
+            // loop that waited.
+            let _ = Notifier::current().tx.send(self.clone());
         }
     }
 }
 
-/// Whether the notifier may still call Python. Cleared by [`stop_notifier`] when the
-/// interpreter starts to exit; the notifier holds the lock while it calls Python.
-static OPEN: Mutex<bool> = Mutex::new(true);
+// === impl Notifier ===
 
-/// The one thread that calls Python on behalf of wakers.
-fn notifier() -> &'static Sender<Arc<Notify>> {
-    static TX: OnceLock<Sender<Arc<Notify>>> = OnceLock::new();
-    TX.get_or_init(|| {
+/// The one thread that calls Python on behalf of wakers, and its gate.
+///
+/// Started on first use; a child process after `fork()` has none of its parent's
+/// threads, so the child drops the parent's (see [`after_fork_in_child`]) and starts
+/// its own on its first wake. Held in an `ArcSwapOption` so that a wake never takes a
+/// lock that a fork could leave locked in the child.
+#[derive(Debug)]
+struct Notifier {
+    tx: Sender<Arc<Notify>>,
+    /// Whether the thread may still call Python: cleared by [`stop_notifier`] when
+    /// the interpreter starts to exit. The thread holds the lock while it calls Python.
+    open: Arc<Mutex<bool>>,
+}
+
+static NOTIFIER: ArcSwapOption<Notifier> = ArcSwapOption::const_empty();
+
+/// Set by [`stop_notifier`]: a notifier started after exit began (by a wake during
+/// teardown) must not call Python either.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+impl Notifier {
+    /// This process's notifier, started if it has none yet.
+    fn current() -> Arc<Self> {
+        if let Some(n) = NOTIFIER.load_full() {
+            return n;
+        }
+        let fresh = Arc::new(Self::start());
+        let before = NOTIFIER.compare_and_swap(&None::<Arc<Self>>, Some(fresh.clone()));
+        // Another thread started one first: use that (this one's thread ends when
+        // `fresh` is dropped, with its channel).
+        before.as_ref().map_or(fresh, Arc::clone)
+    }
+
+    fn start() -> Self {
         let (tx, rx) = channel::<Arc<Notify>>();
+        let open = Arc::new(Mutex::new(true));
+        let gate = open.clone();
         let spawned = std::thread::Builder::new()
             .name("toolgate-notify".into())
             .spawn(move || {
@@ -176,8 +208,8 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
                     // inside CPython and aborts the process, so a wake that comes
                     // after exit began (a store reply, a permit freed during
                     // teardown) is dropped: no loop is left to run its callback.
-                    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-                    if !*open {
+                    let open = gate.lock().unwrap_or_else(PoisonError::into_inner);
+                    if !*open || EXITING.load(Ordering::SeqCst) {
                         continue;
                     }
                     Python::attach(|py| {
@@ -194,8 +226,8 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
         if let Err(e) = spawned {
             eprintln!("toolgate: cannot start the notifier thread: {e}");
         }
-        tx
-    })
+        Self { tx, open }
+    }
 }
 
 /// Stops the notifier from calling Python; registered with `atexit`, which runs
@@ -203,5 +235,18 @@ fn notifier() -> &'static Sender<Arc<Notify>> {
 /// callback in progress to finish.
 #[pyfunction]
 pub(crate) fn stop_notifier(py: Python<'_>) {
-    py.detach(|| *OPEN.lock().unwrap_or_else(PoisonError::into_inner) = false);
+    EXITING.store(true, Ordering::SeqCst);
+    if let Some(n) = NOTIFIER.load_full() {
+        py.detach(|| *n.open.lock().unwrap_or_else(PoisonError::into_inner) = false);
+    }
+}
+
+/// Forgets the parent's notifier in a child process after `fork()` (registered with
+/// `os.register_at_fork`): its thread does not exist here, and its gate may have been
+/// copied locked. It is leaked rather than dropped, since the fork may have copied
+/// its channel in the middle of an operation too. The child's first wake starts its
+/// own.
+#[pyfunction]
+pub(crate) fn after_fork_in_child() {
+    std::mem::forget(NOTIFIER.swap(None));
 }

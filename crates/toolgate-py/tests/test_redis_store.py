@@ -183,3 +183,40 @@ def test_a_waiter_cancelled_on_redis_gives_its_reserved_time_back(redis_url: str
     cancelled, after = asyncio.run(scenario())
     assert cancelled
     assert isinstance(after, Permit), after
+
+
+_FORKED_STORE = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from toolgate import Permit, RateLimit, ToolRateLimitPolicy
+
+    policy = ToolRateLimitPolicy(
+        limits={"lookup_customer": RateLimit(requests=5, per_seconds=60.0, burst=5)},
+        store=sys.argv[1],
+    )
+    assert isinstance(asyncio.run(policy.decide("lookup_customer")), Permit)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            asyncio.run(policy.decide("lookup_customer"))
+        except RuntimeError as e:
+            os._exit(0 if "before fork()" in str(e) else 3)
+        except BaseException:
+            os._exit(4)
+        os._exit(5)
+    _, status = os.waitpid(pid, 0)
+    # The parent's connection still works.
+    ok = isinstance(asyncio.run(policy.decide("lookup_customer")), Permit)
+    print("child", os.waitstatus_to_exitcode(status), "parent", ok)
+    """
+)
+
+
+def test_a_store_policy_used_in_a_child_after_fork_says_so(redis_url: str) -> None:
+    # The connection belongs to the parent (its thread and its socket): the child
+    # gets a clear error instead of a hang or a socket shared with its parent.
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_STORE, f"{redis_url}/1"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["child", "0", "parent", "True"], (out.stdout, out.stderr)

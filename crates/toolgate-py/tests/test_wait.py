@@ -265,3 +265,48 @@ def test_a_wake_while_the_interpreter_exits_does_not_call_into_it() -> None:
     assert "finalizing=1" in out.stdout, (out.stdout, out.stderr)
     assert out.returncode == 0, out.stderr
     assert "panicked" not in out.stderr and "Fatal Python error" not in out.stderr, out.stderr
+
+
+_FORK = textwrap.dedent(
+    """
+    import asyncio, os
+    from toolgate import ToolRateLimitPolicy
+
+    policy = ToolRateLimitPolicy.from_toml(
+        '[tools.t]\\nconcurrency = 1\\non_limit = "wait"\\nmax_wait = "30s"\\n'
+    )
+
+    async def handoff() -> float:
+        # A waiter for a concurrency slot is woken only through the notifier thread.
+        first = await policy.admit("t")
+        waiter = asyncio.ensure_future(policy.admit("t"))
+        await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        first.release()
+        second = await asyncio.wait_for(waiter, 5)
+        second.release()
+        return loop.time() - t0
+
+    asyncio.run(handoff())  # the parent's notifier thread runs from here on
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if asyncio.run(handoff()) < 2 else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), "parent", round(asyncio.run(handoff()), 3))
+    """
+)
+
+
+def test_a_child_process_after_fork_gets_its_own_notifier() -> None:
+    # The parent's notifier thread does not exist in a child: before, a concurrency
+    # waiter in the child was never woken when the slot freed (here it would time
+    # out after 5 s); now the child starts a notifier of its own.
+    out = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert words[:2] == ["child", "0"], (out.stdout, out.stderr)
+    assert float(words[3]) < 2, out.stdout
