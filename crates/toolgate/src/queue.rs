@@ -346,7 +346,7 @@ fn reconcile_successor(
 ) {
     let next = retired.successor();
     drop(retired);
-    if let Some((cell, def)) = next.map(Successor::follow) {
+    if let Some((cell, def)) = next.and_then(Successor::follow) {
         let mut g = cell.lock();
         g.settle(&def, now);
         apply_difference(&mut g, &def, estimate, actual, since, now);

@@ -128,26 +128,47 @@ pub(crate) enum Limiter {
 /// The cell that carries a retired cell's state, and its definition.
 #[derive(Debug, Clone)]
 pub(crate) struct Successor {
-    /// Held strongly: a retired cell lives only while something from before the
-    /// reload (a permit) still refers to it, and its successor must outlive it. Only
-    /// unpartitioned quotas link (see [`Quota::converted`]).
-    pub(crate) cell: Arc<Cell>,
+    pub(crate) cell: Link,
     pub(crate) def: QuotaDef,
+}
+
+/// How a retired cell refers to its successor.
+#[derive(Debug, Clone)]
+pub(crate) enum Link {
+    /// An unpartitioned quota's cell, held strongly: a retired cell lives only while
+    /// something from before the reload (a permit) still refers to it, and its
+    /// successor must outlive it.
+    Strong(Arc<Cell>),
+    /// A tenant partition, held weakly: the link must not keep the new partition
+    /// from being evicted. An evicted partition was idle (full again); a difference
+    /// that arrives after that has nowhere to go.
+    Weak(std::sync::Weak<Cell>),
 }
 
 // === impl Successor ===
 
 impl Successor {
-    /// The live cell at the end of the chain of reloads since, with its definition.
-    /// Takes one lock at a time.
-    pub(crate) fn follow(self) -> (Arc<Cell>, QuotaDef) {
-        let (mut cell, mut def) = (self.cell, self.def);
+    /// The live cell at the end of the chain of reloads since, with its definition;
+    /// `None` when a partition on the way was evicted. Takes one lock at a time.
+    pub(crate) fn follow(self) -> Option<(Arc<Cell>, QuotaDef)> {
+        let (mut cell, mut def) = (self.cell.get()?, self.def);
         loop {
             let next = cell.lock().successor();
             match next {
-                Some(n) => (cell, def) = (n.cell, n.def),
-                None => return (cell, def),
+                Some(n) => (cell, def) = (n.cell.get()?, n.def),
+                None => return Some((cell, def)),
             }
+        }
+    }
+}
+
+// === impl Link ===
+
+impl Link {
+    fn get(&self) -> Option<Arc<Cell>> {
+        match self {
+            Self::Strong(c) => Some(c.clone()),
+            Self::Weak(c) => c.upgrade(),
         }
     }
 }
@@ -379,14 +400,17 @@ impl Quota {
             } else {
                 Cell::new(limiter)
             });
-            // A tenant partition gets no link: it would hold the new partition, which
-            // eviction must stay free to drop (a late token difference is then lost).
-            g.limiter = Limiter::Retired(single.then(|| {
-                Box::new(Successor {
-                    cell: next.clone(),
-                    def: def.clone(),
-                })
-            }));
+            // A tenant partition links weakly: eviction must stay free to drop it (a
+            // late difference is lost once it is gone, or after a second reload).
+            let cell = if single {
+                Link::Strong(next.clone())
+            } else {
+                Link::Weak(Arc::downgrade(&next))
+            };
+            g.limiter = Limiter::Retired(Some(Box::new(Successor {
+                cell,
+                def: def.clone(),
+            })));
             next
         };
         let slot = match (&old.slot, def.partitioned) {

@@ -115,8 +115,7 @@ fn admissions_racing_reloads_never_exceed_what_the_quota_holds() {
 fn a_token_estimate_reconciled_after_a_reload_reaches_the_new_budget() {
     // Two reloads that change the budget while calls are in flight: the difference
     // between estimate and actual count lands in the budget now in force, whether
-    // the call used more (charged) or less (refunded). (Per-tenant budgets do not
-    // link their partitions across a reload: see `docs/semantics.md`.)
+    // the call used more (charged) or less (refunded).
     let (engine, _clock) = engine("[tools.llm]\ntokens = \"1000/min\"");
     let tokens = |e: &toolgate::Engine| quota(e, "llm", "tools.llm.tokens").available;
     let more = engine.try_admit(&Call::new("llm").tokens(300)).unwrap();
@@ -131,6 +130,34 @@ fn a_token_estimate_reconciled_after_a_reload_reaches_the_new_budget() {
     assert_eq!(tokens(&engine), Some(350));
     less.complete(toolgate::Completion::success().tokens(50));
     assert_eq!(tokens(&engine), Some(500));
+}
+
+#[test]
+fn a_per_tenant_token_estimate_reconciled_after_a_reload_reaches_the_tenants_new_budget() {
+    // The same through a tenant partition: the retired partition links (weakly, so
+    // that eviction stays free to drop the new one) to the partition that carries
+    // its state now. One reload: across two, the partition in between is gone by
+    // the time the difference comes (see `docs/semantics.md`).
+    let (engine, _clock) = engine("[tools.llm]\ntokens = \"1000/min\"\npartition = \"tenant\"");
+    let tokens = |e: &toolgate::Engine, tenant: &str| {
+        e.tool_state("llm", Some(tenant))
+            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == "tools.llm.tokens"))
+            .and_then(|q| q.available)
+    };
+    let call = |tenant: &'static str, n: u64| Call::new("llm").tenant(tenant).tokens(n);
+    let more = engine.try_admit(&call("acme", 300)).unwrap();
+    let less = engine.try_admit(&call("acme", 200)).unwrap();
+    let other = engine.try_admit(&call("globex", 100)).unwrap();
+    let toml = "[tools.llm]\ntokens = \"1000/min\"\ntokens_burst = 1100\npartition = \"tenant\"";
+    engine.apply(Policy::from_toml_str(toml).unwrap());
+    assert_eq!(tokens(&engine, "acme"), Some(500));
+    more.complete(toolgate::Completion::success().tokens(450));
+    assert_eq!(tokens(&engine, "acme"), Some(350));
+    less.complete(toolgate::Completion::success().tokens(50));
+    assert_eq!(tokens(&engine, "acme"), Some(500));
+    other.complete(toolgate::Completion::success().tokens(400));
+    assert_eq!(tokens(&engine, "globex"), Some(600));
+    assert_eq!(tokens(&engine, "acme"), Some(500));
 }
 
 #[test]
