@@ -59,8 +59,30 @@ struct Inner {
     core: Arc<Core>,
     compiled: Swap<Compiled>,
     reload: Mutex<()>,
+    /// Whether a reload is under way, and the async callers waiting for it to end.
+    reloading: Mutex<Reloading>,
     /// Bumped by every reload, so that [`ToolHandle`]s notice a new policy.
     generation: std::sync::atomic::AtomicU64,
+}
+
+/// A reload under way, as async callers that must start over on its policy see it.
+#[derive(Debug, Default)]
+struct Reloading {
+    running: bool,
+    waiters: Vec<std::task::Waker>,
+}
+
+/// Holds the reload lock; marks the reload as under way until dropped, and then
+/// wakes the async callers that wait for it (on every exit, errors included).
+struct ReloadGuard<'a> {
+    inner: &'a Inner,
+    _serial: crate::sync::MutexGuard<'a, ()>,
+}
+
+/// Resolves once no reload is under way, without blocking the thread (see
+/// [`Engine::reload_done`]).
+struct ReloadDone<'a> {
+    inner: &'a Inner,
 }
 
 /// A tool resolved once, for callers that admit the same tool in a hot loop: skips
@@ -151,6 +173,7 @@ impl Engine {
                 core,
                 compiled: Swap::new(compiled),
                 reload: Mutex::new(()),
+                reloading: Mutex::new(Reloading::default()),
                 generation: std::sync::atomic::AtomicU64::new(0),
             }),
         }
@@ -209,6 +232,13 @@ impl Engine {
     /// that found a cell of its plan retired by it then starts over on that policy.
     pub(crate) fn await_reload(&self) {
         drop(self.inner.reload.lock());
+    }
+
+    /// As [`Engine::await_reload`], for async callers: yields to the runtime
+    /// instead of blocking its thread while the reload (which converts every
+    /// partition of a changed quota) runs.
+    pub(crate) fn reload_done(&self) -> impl Future<Output = ()> + '_ {
+        ReloadDone { inner: &self.inner }
     }
 
     /// Admits `call`, waiting in FIFO order when the tool's `on_limit` is `"wait"` or
@@ -304,7 +334,7 @@ impl Engine {
                 Err(Refusal::Rejected(r)) => break Err(r),
                 // A reload retired a cell of the plan: start over on the new policy.
                 Err(Refusal::Stale) => {
-                    self.await_reload();
+                    self.reload_done().await;
                     match self.resolve(&Call {
                         tool: &tool.name,
                         ..*call
@@ -349,7 +379,13 @@ impl Engine {
                 return Err(self.needs_async(tool, call));
             }
         }
-        self.admit_all_local(&compiled, calls)
+        drop(compiled);
+        loop {
+            match self.admit_all_local(&self.inner.compiled.load(), calls) {
+                Some(decided) => return decided,
+                None => self.await_reload(),
+            }
+        }
     }
 
     /// Admits every call or none, like [`Engine::try_admit_all`], on any store (a
@@ -359,9 +395,12 @@ impl Engine {
     ///
     /// The rejection of the first quota that cannot fit; nothing was consumed.
     pub async fn admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
-        let local = {
-            let compiled = self.inner.compiled.load();
-            self.admit_all_local(&compiled, calls)?
+        let local = loop {
+            // A reload retired a cell of the plan: start over on its policy.
+            match self.admit_all_local(&self.inner.compiled.load(), calls) {
+                Some(decided) => break decided?,
+                None => self.reload_done().await,
+            }
         };
         let Some(store) = &self.inner.core.store else {
             return Ok(local);
@@ -395,11 +434,22 @@ impl Engine {
         }
     }
 
+    /// Decides `calls` on `compiled`; `None` when a reload retired a cell of the
+    /// plan (the caller waits for the reload to end and starts over).
     fn admit_all_local(
         &self,
         compiled: &Compiled,
         calls: &[Call<'_>],
-    ) -> Result<Vec<Permit>, Rejection> {
+    ) -> Option<Result<Vec<Permit>, Rejection>> {
+        self.admit_all_plan(compiled, calls).transpose()
+    }
+
+    /// [`Engine::admit_all_local`]: `Ok(None)` for a retired cell.
+    fn admit_all_plan(
+        &self,
+        compiled: &Compiled,
+        calls: &[Call<'_>],
+    ) -> Result<Option<Vec<Permit>>, Rejection> {
         let now = self.inner.core.clock.now();
         let mut tools: Vec<Option<&Arc<ToolRuntime>>> = Vec::with_capacity(calls.len());
         let mut plans = Vec::with_capacity(calls.len());
@@ -436,7 +486,7 @@ impl Engine {
                 }
                 None => {
                     if compiled.unknown == UnknownTools::Deny {
-                        return self.unknown(compiled, call).map(|_| Vec::new());
+                        return self.unknown(compiled, call).map(|_| Some(Vec::new()));
                     }
                     tools.push(None);
                     plans.push(SmallVec::new());
@@ -468,10 +518,7 @@ impl Engine {
         merged.sort_unstable_by_key(|s| s.cell.get().order());
         let mut guards = crate::admission::lock_all(&merged);
         if crate::admission::retired(&guards) {
-            // A reload retired a cell of the plan: start over on the new policy.
-            drop(guards);
-            self.await_reload();
-            return self.admit_all_local(&self.inner.compiled.load(), calls);
+            return Ok(None);
         }
         let v = evaluate(&merged, &mut guards, now, false);
         if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
@@ -534,7 +581,7 @@ impl Engine {
                 Duration::ZERO,
             ));
         }
-        Ok(permits)
+        Ok(Some(permits))
     }
 
     /// Runs `f` if `call` is admitted (waiting as [`Engine::admit`] does), then
@@ -583,7 +630,7 @@ impl Engine {
     ///
     /// The store's message.
     pub fn try_apply(&self, policy: Policy) -> Result<(), String> {
-        let _serial = self.inner.reload.lock();
+        let _serial = ReloadGuard::new(&self.inner);
         if let Some(store) = &self.inner.core.store {
             store.apply(&policy)?;
         }
@@ -731,6 +778,50 @@ impl ToolHandle {
     }
 }
 
+// === impl ReloadGuard ===
+
+impl<'a> ReloadGuard<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        let serial = inner.reload.lock();
+        inner.reloading.lock().running = true;
+        Self {
+            inner,
+            _serial: serial,
+        }
+    }
+}
+
+impl Drop for ReloadGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = {
+            let mut r = self.inner.reloading.lock();
+            r.running = false;
+            std::mem::take(&mut r.waiters)
+        };
+        waiters.into_iter().for_each(std::task::Waker::wake);
+    }
+}
+
+// === impl ReloadDone ===
+
+impl Future for ReloadDone<'_> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut r = self.inner.reloading.lock();
+        if !r.running {
+            return std::task::Poll::Ready(());
+        }
+        if !r.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            r.waiters.push(cx.waker().clone());
+        }
+        std::task::Poll::Pending
+    }
+}
+
 fn owner<'a>(
     tools: &[Option<&'a Arc<ToolRuntime>>],
     plans: &[crate::admission::Plan<'_>],
@@ -773,5 +864,31 @@ impl<E: std::error::Error + 'static> std::error::Error for ExecuteError<E> {
             Self::Rejected(r) => Some(r),
             Self::Tool(e) => Some(e),
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::task::Poll;
+
+    use super::*;
+
+    #[test]
+    fn an_async_caller_waits_for_a_reload_without_blocking_its_thread() {
+        let engine = Engine::new(Policy::from_toml_str("[tools.t]\nrate = \"1/s\"").unwrap());
+        let mut done = tokio_test::task::spawn(engine.reload_done());
+        // No reload under way: ready at once.
+        assert_eq!(done.poll(), Poll::Ready(()));
+
+        let mut done = tokio_test::task::spawn(engine.reload_done());
+        let reload = ReloadGuard::new(&engine.inner);
+        // Under way: pending (the thread is free for other tasks), then woken once
+        // the reload ends, on every exit of `try_apply` alike.
+        assert_eq!(done.poll(), Poll::Pending);
+        assert_eq!(done.poll(), Poll::Pending);
+        assert!(!done.is_woken());
+        drop(reload);
+        assert!(done.is_woken());
+        assert_eq!(done.poll(), Poll::Ready(()));
     }
 }
