@@ -453,11 +453,14 @@ impl Engine {
         let now = self.inner.core.clock.now();
         let mut tools: Vec<Option<&Arc<ToolRuntime>>> = Vec::with_capacity(calls.len());
         let mut plans = Vec::with_capacity(calls.len());
+        // Spreading slots claimed so far: given back unless every call is admitted.
+        let mut claims = SpreadClaims(Vec::new());
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
-                    if let Err(d) = t.pause_gate(now).and_then(|()| t.spread_gate(now)) {
-                        return Err(t.refuse(d, call.tenant));
+                    match t.pause_gate(now).and_then(|()| t.spread_gate(now)) {
+                        Ok(claim) => claims.0.extend(claim.map(|c| (&**t, c))),
+                        Err(d) => return Err(t.refuse(d, call.tenant)),
                     }
                     // A reservation never runs as a half-open probe: anything but a
                     // closed (or admitting degraded) circuit refuses it.
@@ -581,6 +584,7 @@ impl Engine {
                 Duration::ZERO,
             ));
         }
+        claims.0.clear();
         Ok(Some(permits))
     }
 
@@ -774,6 +778,19 @@ impl ToolHandle {
                 Some(tool)
             }
             _ => None,
+        }
+    }
+}
+
+/// The spreading slots a reservation has claimed; dropped with any left in it (a
+/// refusal), it gives them back.
+struct SpreadClaims<'a>(Vec<(&'a ToolRuntime, (u64, u64))>);
+
+impl Drop for SpreadClaims<'_> {
+    fn drop(&mut self) {
+        // Latest first: each claim gives back to the one before it.
+        for (tool, claim) in self.0.drain(..).rev() {
+            tool.stats.unspread(Some(claim));
         }
     }
 }

@@ -155,6 +155,31 @@ fn a_slot_refused_by_a_quota_is_given_back() {
 }
 
 #[test]
+fn a_slot_claimed_by_a_refused_reservation_is_given_back() {
+    // All-or-nothing: a reservation that a later call's quota refuses consumes
+    // nothing, the spreading slot its first call claimed included.
+    let (engine, clock) = engine("[tools.crm]\nrate = \"100/s\"\n[tools.db]\nconcurrency = 1");
+    engine
+        .try_admit(&Call::new("crm"))
+        .unwrap()
+        .complete(low(4, 2));
+    let held = engine.try_admit(&Call::new("db")).unwrap();
+    let no = engine
+        .try_admit_all(&[Call::new("crm"), Call::new("db")])
+        .unwrap_err();
+    assert_eq!(
+        (no.reason().as_str(), no.quota()),
+        ("concurrency_limited", "tools.db.concurrency")
+    );
+    drop(held);
+    // The slot is still free, and only one: the next is 500 ms away.
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+    assert!(engine.try_admit(&Call::new("crm")).is_err());
+    clock.advance(ms(500));
+    assert!(engine.try_admit(&Call::new("crm")).is_ok());
+}
+
+#[test]
 fn waiters_are_given_the_spread_slots_in_turn() {
     let (engine, clock) =
         engine("[tools.crm]\nrate = \"100/s\"\non_limit = \"wait\"\nmax_wait = \"2s\"");
