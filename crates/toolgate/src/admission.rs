@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::clock::Nanos;
 use crate::decision::{Call, Completion, Reason, Rejection};
+use crate::partition::Refused;
 use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, Quota, Slot};
@@ -243,8 +244,9 @@ impl ToolRuntime {
         Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry)
     }
 
-    /// The quotas governing `call`, sorted in lock order.
-    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Rejection> {
+    /// The quotas governing `call`, sorted in lock order; a stale denial when a
+    /// reload replaced a tenant's partitions meanwhile.
+    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Denied> {
         let mut plan = Plan::new();
         // Every quota unpartitioned: the steps cannot fail but for a cost above a
         // capacity (named in config order, by the loop below). The steps are built
@@ -279,19 +281,26 @@ impl ToolRuntime {
 
     /// The step of `call` on the quota at `rank`.
     #[inline(always)]
-    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Rejection> {
+    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Denied> {
         let q = &self.quotas[rank];
         let cost = q.cost(call);
+        let refuse = |reason| Denied {
+            rejection: self.rejection(q, reason, None),
+            at: now,
+            can_wait: false,
+            stale: false,
+        };
         if cost > q.def.capacity() {
-            return Err(self.rejection(q, Reason::CostExceedsCapacity, None));
+            return Err(refuse(Reason::CostExceedsCapacity));
         }
         let cell = match &q.slot {
             Slot::Single(c) => CellRef::Shared(c),
             Slot::Partitioned(parts) => {
                 let tenant = call.tenant.unwrap_or("");
-                let cell = parts
-                    .get(tenant, &q.def, now)
-                    .map_err(|_| self.rejection(q, Reason::RateLimited, None))?;
+                let cell = parts.get(tenant, &q.def, now).map_err(|r| match r {
+                    Refused::Full => refuse(Reason::RateLimited),
+                    Refused::Retired => Denied::stale(self.rejection(q, Reason::RateLimited, None)),
+                })?;
                 CellRef::Owned(cell)
             }
         };
@@ -500,12 +509,7 @@ impl ToolRuntime {
             self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::immediate(Some(self.clone()), now));
         }
-        let plan = self.plan(call, now).map_err(|rejection| Denied {
-            rejection,
-            at: now,
-            can_wait: false,
-            stale: false,
-        })?;
+        let plan = self.plan(call, now)?;
         let mut guards = lock_all(&plan);
         if retired(&guards) {
             return Err(Denied::stale(self.rejection(

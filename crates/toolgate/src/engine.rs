@@ -481,9 +481,12 @@ impl Engine {
                             return Err(t.refuse(d, call.tenant));
                         }
                     }
-                    let plan = t
-                        .plan(call, now)
-                        .inspect_err(|r| t.stats.on_reject(r, call.tenant))?;
+                    let plan = match t.plan(call, now) {
+                        Ok(plan) => plan,
+                        // A reload replaced a tenant's partitions: start over.
+                        Err(d) if d.stale => return Ok(None),
+                        Err(d) => return Err(t.refuse(d, call.tenant)),
+                    };
                     tools.push(Some(t));
                     plans.push(plan);
                 }
@@ -888,6 +891,8 @@ impl<E: std::error::Error + 'static> std::error::Error for ExecuteError<E> {
 mod tests {
     use std::task::Poll;
 
+    use crate::clock::ManualClock;
+
     use super::*;
 
     #[test]
@@ -907,5 +912,32 @@ mod tests {
         drop(reload);
         assert!(done.is_woken());
         assert_eq!(done.poll(), Poll::Ready(()));
+    }
+
+    #[test]
+    fn a_call_still_on_the_old_policy_cannot_create_a_partition_the_new_one_misses() {
+        // A call that resolved its tool just before a reload plans on the old
+        // runtime after it. For a tenant the old map did not have yet, it used to
+        // create a partition there and be admitted on it, unseen by the new policy:
+        // that tenant then got its burst twice.
+        let toml = |burst: u32| {
+            format!("[tools.a]\nrate = \"1/h\"\nburst = {burst}\npartition = \"tenant\"")
+        };
+        let clock = ManualClock::new();
+        let engine = Engine::with_clock(
+            Policy::from_toml_str(&toml(2)).unwrap(),
+            Arc::new(clock.clone()),
+        );
+        let old = engine.compiled().tools.get("a").cloned().unwrap();
+        engine.apply(Policy::from_toml_str(&toml(3)).unwrap());
+        let call = Call::new("a").tenant("newcomer");
+        let denied = old.try_admit(&call, clock.now()).map(drop).unwrap_err();
+        assert!(
+            denied.stale,
+            "the old map must send the call to the new policy"
+        );
+        // Starting over, the tenant gets the new burst, and only that.
+        let admitted = (0..5).filter(|_| engine.try_admit(&call).is_ok()).count();
+        assert_eq!(admitted, 3);
     }
 }

@@ -33,11 +33,19 @@ pub(crate) struct Partitions {
 struct Shard {
     map: HashMap<Box<str>, Arc<Cell>>,
     next_sweep: usize,
+    /// A reload converted this shard's partitions into a new map: no partition may
+    /// be created here any more (a charge on it would be invisible to the new policy).
+    retired: bool,
 }
 
-/// Every partition slot of the shard is held by a busy tenant.
+/// Why no partition was handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Full;
+pub(crate) enum Refused {
+    /// Every partition slot of the shard is held by a busy tenant.
+    Full,
+    /// A reload replaced these partitions: start over on the policy in force.
+    Retired,
+}
 
 // === impl Partitions ===
 
@@ -51,6 +59,7 @@ impl Partitions {
                 Mutex::new(Shard {
                     map: HashMap::new(),
                     next_sweep: MIN_SWEEP,
+                    retired: false,
                 })
             })
             .collect();
@@ -67,16 +76,21 @@ impl Partitions {
     }
 
     /// The cell of `key`, created from `def` if absent.
-    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<Cell>, Full> {
+    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<Cell>, Refused> {
         let mut shard = self.shard(key).lock();
         if let Some(cell) = shard.map.get(key) {
+            // Retired with the map, if a reload converted it: the caller finds out
+            // under the cell's lock.
             return Ok(cell.clone());
+        }
+        if shard.retired {
+            return Err(Refused::Retired);
         }
         if shard.map.len() >= shard.next_sweep || shard.map.len() >= self.per_shard_max {
             shard.sweep(def, now);
             shard.next_sweep = (shard.map.len() * 2).max(MIN_SWEEP);
             if shard.map.len() >= self.per_shard_max {
-                return Err(Full);
+                return Err(Refused::Full);
             }
         }
         let cell = Arc::new(Cell::new(def.fresh(now)));
@@ -112,11 +126,15 @@ impl Partitions {
 
     /// The same partitions with each cell converted (policy reload). Each goes into
     /// the shard the new partitions look it up in: their hasher and their number of
-    /// shards (which follows `max`) both differ from these.
+    /// shards (which follows `max`) both differ from these. Each shard here is
+    /// retired in the same step, so a call still on the old policy cannot create a
+    /// partition the new one would not see: it starts over instead.
     pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Arc<Cell>) -> Self {
         let new = Self::new(max);
         for old in self.shards.iter() {
-            for (k, cell) in &old.lock().map {
+            let mut old = old.lock();
+            old.retired = true;
+            for (k, cell) in &old.map {
                 new.shard(k).lock().map.insert(k.clone(), convert(cell));
             }
         }
@@ -178,12 +196,29 @@ mod tests {
         for i in 0..1_000 {
             match parts.get(&format!("t{i}"), &def, 0) {
                 Ok(cell) => cell.lock().charge(&def, 1, 0),
-                Err(Full) => refused += 1,
+                Err(Refused::Full) => refused += 1,
+                Err(Refused::Retired) => panic!("not converted"),
             }
         }
         assert!(parts.len() <= SHARDS * 4);
         assert!(refused >= 1_000 - SHARDS * 4);
         // Once they are idle, new tenants get in again.
         assert!(parts.get("newcomer", &def, 1_000_000_000).is_ok());
+    }
+
+    #[test]
+    fn converted_partitions_refuse_new_tenants_in_the_old_map() {
+        let def = def();
+        let old = Partitions::new(1_000);
+        let known = old.get("known", &def, 0).unwrap_or_else(|_| panic!("full"));
+        let new = old.converted(1_000, |_| Arc::new(Cell::new(def.fresh(0))));
+        // A known tenant still finds its (now converted) cell; a new one is refused,
+        // so that nobody charges a partition the new map does not have.
+        assert!(old
+            .get("known", &def, 0)
+            .is_ok_and(|c| Arc::ptr_eq(&c, &known)));
+        assert_eq!(old.get("newcomer", &def, 0).err(), Some(Refused::Retired));
+        assert!(new.get("newcomer", &def, 0).is_ok());
+        assert_eq!(new.len(), 2);
     }
 }

@@ -420,7 +420,12 @@ impl ToolRuntime {
                 .map_err(|d| d.rejection)?
                 .then_some(&*self),
         );
-        let plan = self.plan(&call, start)?;
+        let plan = match self.plan(&call, start) {
+            Ok(plan) => plan,
+            // A reload replaced a tenant's partitions: start over on its policy.
+            Err(d) if d.stale => return Err(Refusal::Stale),
+            Err(d) => return Err(d.rejection.into()),
+        };
 
         // Phase 1: concurrency slots, FIFO, in lock order.
         let mut conc = ConcHold {
