@@ -26,10 +26,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
-
-use arc_swap::ArcSwapOption;
 use std::task::{Context, Poll, Wake, Waker};
 
+use arc_swap::ArcSwapOption;
 use pyo3::prelude::*;
 use toolgate::{Clock, Nanos};
 
