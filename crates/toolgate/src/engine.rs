@@ -381,10 +381,11 @@ impl Engine {
         }
         drop(compiled);
         loop {
-            match self.admit_all_local(&self.inner.compiled.load(), calls) {
-                Some(decided) => return decided,
-                None => self.await_reload(),
+            // `None`: a reload retired a cell of the plan; start over on its policy.
+            if let Some(permits) = self.admit_all_local(&self.inner.compiled.load(), calls)? {
+                return Ok(permits);
             }
+            self.await_reload();
         }
     }
 
@@ -396,11 +397,11 @@ impl Engine {
     /// The rejection of the first quota that cannot fit; nothing was consumed.
     pub async fn admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<Permit>, Rejection> {
         let local = loop {
-            // A reload retired a cell of the plan: start over on its policy.
-            match self.admit_all_local(&self.inner.compiled.load(), calls) {
-                Some(decided) => break decided?,
-                None => self.reload_done().await,
+            // `None`: a reload retired a cell of the plan; start over on its policy.
+            if let Some(permits) = self.admit_all_local(&self.inner.compiled.load(), calls)? {
+                break permits;
             }
+            self.reload_done().await;
         };
         let Some(store) = &self.inner.core.store else {
             return Ok(local);
@@ -434,18 +435,9 @@ impl Engine {
         }
     }
 
-    /// Decides `calls` on `compiled`; `None` when a reload retired a cell of the
+    /// Decides `calls` on `compiled`; `Ok(None)` when a reload retired a cell of the
     /// plan (the caller waits for the reload to end and starts over).
     fn admit_all_local(
-        &self,
-        compiled: &Compiled,
-        calls: &[Call<'_>],
-    ) -> Option<Result<Vec<Permit>, Rejection>> {
-        self.admit_all_plan(compiled, calls).transpose()
-    }
-
-    /// [`Engine::admit_all_local`]: `Ok(None)` for a retired cell.
-    fn admit_all_plan(
         &self,
         compiled: &Compiled,
         calls: &[Call<'_>],

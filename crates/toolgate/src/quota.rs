@@ -122,7 +122,7 @@ pub(crate) enum Limiter {
     /// A reload carried the state into another cell: whoever finds this under the
     /// lock starts over on the policy now in force (a charge here would be lost).
     /// A token estimate reconciled late follows the successor.
-    Retired(Option<Box<Successor>>),
+    Retired(Box<Successor>),
 }
 
 /// The cell that carries a retired cell's state, and its definition.
@@ -393,8 +393,7 @@ impl Quota {
         // it points to the cell that carries the state now.
         let succeed = |cell: &Cell, single: bool| {
             let mut g = cell.lock();
-            let state = std::mem::replace(&mut g.limiter, Limiter::Retired(None));
-            let limiter = def.convert(&old.def, &state, now);
+            let limiter = def.convert(&old.def, &g.limiter, now);
             let next = Arc::new(if single {
                 Cell::single(&def, limiter)
             } else {
@@ -407,10 +406,10 @@ impl Quota {
             } else {
                 Link::Weak(Arc::downgrade(&next))
             };
-            g.limiter = Limiter::Retired(Some(Box::new(Successor {
+            g.limiter = Limiter::Retired(Box::new(Successor {
                 cell,
                 def: def.clone(),
-            })));
+            }));
             next
         };
         let slot = match (&old.slot, def.partitioned) {
@@ -599,7 +598,7 @@ impl CellState {
     /// cell is live); follow it with [`Successor::follow`] once this lock is let go.
     pub(crate) fn successor(&self) -> Option<Successor> {
         match &self.limiter {
-            Limiter::Retired(Some(next)) => Some((**next).clone()),
+            Limiter::Retired(next) => Some((**next).clone()),
             _ => None,
         }
     }

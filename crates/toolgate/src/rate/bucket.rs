@@ -66,9 +66,10 @@ impl WordForm {
     }
 
     /// A charge of `cost` tokens at `now`, with everything that does not depend on
-    /// the state worked out before the state is read: under contention, the less
-    /// there is between reading the word and swapping it, the fewer swaps fail.
-    /// `None` when the arithmetic would leave a word (the general path then decides).
+    /// the state worked out before the state is read, so that only a compare and an
+    /// add lie between reading the word and swapping it (measured against reading
+    /// first: within noise, `docs/benchmarks.md`). `None` when the arithmetic would
+    /// leave a word (the general path then decides).
     #[inline]
     pub(crate) fn prepare(&self, cost: u64, now: Nanos) -> Option<WordCharge> {
         let now = now.checked_mul(self.k)?;
