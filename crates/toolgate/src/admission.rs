@@ -472,7 +472,7 @@ impl ToolRuntime {
     /// Admits `call` by the fast path alone, when nothing else has a say: no
     /// breaker, no upstream pause or spreading, and a bucket that admits now.
     /// `false` leaves the decision to the general path.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
         let Some(bucket) = self.fast_bucket() else {
             return false;

@@ -85,6 +85,16 @@ fn claim() -> usize {
     lane
 }
 
+/// Adds one to a counter in this thread's own lane: it is the lane's only writer,
+/// so no read-modify-write is needed.
+#[inline(always)]
+fn add_own(counter: &AtomicU64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
+
 /// How many lanes a counter has: twice the cores, between 4 and 64.
 fn lanes() -> usize {
     static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -120,18 +130,23 @@ impl Tally {
         }
     }
 
-    /// Bumps this thread's count in `line`'s `field`.
+    /// Bumps this thread's count in `line`'s `field`. One bounds check covers a
+    /// thread without a lane yet too (`UNSET` lies beyond every counter's lanes).
     #[inline(always)]
     fn bump(&self, field: fn(&Line) -> &AtomicU64) {
+        match self.lines.get(LANE.get()) {
+            Some(line) => add_own(field(line)),
+            None => self.bump_elsewhere(field),
+        }
+    }
+
+    /// [`Tally::bump`] for a thread that has no lane yet (it claims one) or whose
+    /// lane lies beyond this counter's (the overflow lane).
+    #[cold]
+    #[inline(never)]
+    fn bump_elsewhere(&self, field: fn(&Line) -> &AtomicU64) {
         match self.lines.get(lane()) {
-            Some(line) => {
-                // This thread is the lane's only writer: no read-modify-write needed.
-                let counter = field(line);
-                counter.store(
-                    counter.load(Ordering::Relaxed).wrapping_add(1),
-                    Ordering::Relaxed,
-                );
-            }
+            Some(line) => add_own(field(line)),
             None => {
                 field(&self.overflow).fetch_add(1, Ordering::Relaxed);
             }

@@ -540,15 +540,10 @@ impl FastBucket {
         };
         let mut word = self.word.load(Ordering::Acquire);
         loop {
-            if word == Self::LOCKED {
-                return false;
-            }
+            // `apply` refuses a `LOCKED` word and never returns one.
             let Some(next) = charge.apply(word) else {
                 return false;
             };
-            if next == Self::LOCKED {
-                return false;
-            }
             match self
                 .word
                 .compare_exchange_weak(word, next, Ordering::AcqRel, Ordering::Acquire)

@@ -35,8 +35,10 @@ pub(crate) struct WordForm {
     k: u64,
     /// Units per token.
     per_token: u64,
-    /// Units of a full bucket (`burst * per_token`).
-    tau: u64,
+    /// Units of a full bucket and one more (`burst * per_token + 1`): a charge
+    /// conforms while the state stays below `now + above`, which also keeps it below
+    /// `u64::MAX`, the word of a locked bucket.
+    above: u64,
     /// The common factor between the scaled and the word units.
     g: u64,
 }
@@ -46,7 +48,8 @@ pub(crate) struct WordForm {
 pub(crate) struct WordCharge {
     now: u64,
     add: u64,
-    limit: u64,
+    /// The state must stay below this (at most `u64::MAX`).
+    below: u64,
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -76,7 +79,7 @@ impl WordForm {
         Some(WordCharge {
             now,
             add: cost.checked_mul(self.per_token)?,
-            limit: now.checked_add(self.tau)?,
+            below: now.checked_add(self.above)?,
         })
     }
 
@@ -101,11 +104,13 @@ impl WordForm {
 impl WordCharge {
     /// The state after this charge on `word`, or `None` when it does not conform now
     /// (or would leave a word). The same rule as [`Gcra::earliest`] and
-    /// [`Gcra::charge`].
+    /// [`Gcra::charge`]. Never `u64::MAX`, and `None` for a `word` of `u64::MAX`
+    /// (`max` keeps it, and adding overflows or lands at the bound), so that a locked
+    /// bucket needs no check of its own.
     #[inline]
     pub(crate) fn apply(self, word: u64) -> Option<u64> {
         let next = word.max(self.now).checked_add(self.add)?;
-        (next <= self.limit).then_some(next)
+        (next < self.below).then_some(next)
     }
 }
 
@@ -214,7 +219,7 @@ impl Gcra {
         Some(WordForm {
             k: self.n / g,
             per_token,
-            tau: self.burst.checked_mul(per_token)?,
+            above: self.burst.checked_mul(per_token)?.checked_add(1)?,
             g,
         })
     }
@@ -290,6 +295,42 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A charge never yields the word of a locked bucket (`u64::MAX`) and never
+        /// admits on it, however close to the end of the word's range the clock is:
+        /// the fast path relies on this instead of checking for the lock itself.
+        #[test]
+        fn a_charge_never_yields_or_accepts_the_locked_word(
+            n in 1u64..=1 << 53,
+            period in 1u64..=1 << 40,
+            burst in 1u64..=1 << 20,
+            cost in 0u64..=1 << 20,
+            back in 0u64..=1 << 12,
+            word_back in 0u64..=1 << 12,
+        ) {
+            let Some(form) = Gcra::new(n, period, burst).word_form() else { return Ok(()) };
+            // Times at which the bound lies at or just below the end of the word's
+            // range (exactly at it when `k` divides what is left).
+            let now = ((u64::MAX - form.above) / form.k).saturating_sub(back);
+            let charge = form.prepare(cost, now);
+            proptest::prop_assert!(charge.is_some());
+            let charge = charge.unwrap();
+            proptest::prop_assert_eq!(charge.apply(u64::MAX), None);
+            // States from which the charge lands at or next to the end of the range.
+            let word = (u64::MAX - cost * form.per_token).saturating_sub(word_back);
+            proptest::prop_assert_ne!(charge.apply(word), Some(u64::MAX));
+            proptest::prop_assert_ne!(charge.apply(now * form.k), Some(u64::MAX));
+        }
+
+        /// A charge of `cost` on a bucket of one token per nanosecond whose bound is
+        /// the end of the word's range.
+        #[test]
+        fn a_charge_that_would_reach_the_locked_word_is_refused(cost in 0u64..=8, burst in 8u64..=64) {
+            let form = Gcra::new(1, 1, burst).word_form().unwrap();
+            let charge = form.prepare(cost, u64::MAX - form.above).unwrap();
+            proptest::prop_assert_eq!(charge.apply(u64::MAX - cost), None);
+            proptest::prop_assert_eq!(charge.apply(u64::MAX - cost - 1), Some(u64::MAX - 1));
+        }
+
         /// The one-word form of the fast path decides exactly as the scaled form,
         /// and holds the same state, for any rate, burst and history.
         #[test]
@@ -318,7 +359,7 @@ mod tests {
                     None => {
                         if let Some(t) = scaled {
                             // Refused for arithmetic only: the general path decides.
-                            let room = now.checked_mul(form.k).and_then(|x| x.checked_add(form.tau));
+                            let room = now.checked_mul(form.k).and_then(|x| x.checked_add(form.above));
                             proptest::prop_assert!(room.is_none() || form.to_word(t).is_none());
                             return Ok(());
                         }

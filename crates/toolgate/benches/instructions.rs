@@ -1,0 +1,52 @@
+//! Instructions per decision, independent of the machine's load: runs one form of
+//! admission `N` times, for `valgrind --tool=callgrind` to count. Run each form at
+//! two call counts and divide the difference by the difference in calls, which
+//! takes set-up and tear-down out:
+//!
+//! ```sh
+//! cargo bench -p toolgate --bench instructions --no-run
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-* scoped 100000
+//! ```
+//!
+//! Forms: `governor` (one `check()`), `scoped` (`ToolHandle::try_admit_scoped`),
+//! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`). Without
+//! arguments (as under `cargo test --benches`) each form runs a few calls.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::hint::black_box;
+
+use toolgate::Call;
+
+#[path = "support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use support::{engine, governor_direct, OPEN_BUCKET};
+
+fn run(form: &str, n: u64) {
+    let e = engine(OPEN_BUCKET);
+    let handle = e.tool("t");
+    let call = Call::new("t");
+    let gov = governor_direct();
+    match form {
+        "governor" => (0..n).for_each(|_| black_box(gov.check()).unwrap()),
+        "scoped" => (0..n).for_each(|_| drop(handle.try_admit_scoped(black_box(&call)).unwrap())),
+        "owned" => (0..n).for_each(|_| drop(handle.try_admit(black_box(&call)).unwrap())),
+        "by_name" => (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap())),
+        other => panic!("unknown form {other:?}: governor, scoped, owned or by_name"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    match args.as_slice() {
+        [form, n] => run(form, n.parse().expect("a call count")),
+        _ => ["governor", "scoped", "owned", "by_name"]
+            .into_iter()
+            .for_each(|f| run(f, 10)),
+    }
+}
