@@ -1,9 +1,10 @@
 //! One bucket quota, one thread: admit + complete against governor's check.
-//! `admit+complete` uses the borrowed permit (`ToolHandle::try_admit_scoped`), the
-//! `_owned_permit` variant the owned one, `_by_name` the lookup by name.
+//! `admit+complete` uses the borrowed permit (`ToolHandle::try_admit_scoped`) and
+//! drops it, `_success` completes it with an outcome instead, the `_owned_permit`
+//! variant uses the owned permit, `_by_name` the lookup by name.
 
 use criterion::{BenchmarkId, Criterion};
-use toolgate::Call;
+use toolgate::{Call, Completion};
 
 use crate::support::{engine, governor_direct, GOVERNOR, OPEN_BUCKET, TOOLGATE};
 
@@ -19,6 +20,14 @@ pub(crate) fn bench(c: &mut Criterion) {
                     .try_admit_scoped(std::hint::black_box(&call))
                     .unwrap(),
             )
+        });
+    });
+    g.bench_function(BenchmarkId::new("admit+complete_success", TOOLGATE), |b| {
+        b.iter(|| {
+            handle
+                .try_admit_scoped(std::hint::black_box(&call))
+                .unwrap()
+                .complete(Completion::success())
         });
     });
     g.bench_function(

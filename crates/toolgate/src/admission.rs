@@ -430,11 +430,23 @@ impl ToolRuntime {
 
     /// Records how an admitted call ended (`None`: dropped without an outcome) and
     /// counts it out; what the permit held is released by then.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn end_call(&self, completion: Option<Completion>, probe: bool) {
-        match completion {
+        match &completion {
             // Dropped without an outcome: nothing to record.
-            None if !probe => self.stats.on_finish(None),
+            None if !probe => self.stats.on_finish(),
+            // An outcome that nothing takes in: no upstream signal, and neither a
+            // breaker nor an adaptive limit to feed. Decided inline, so that a
+            // completion built at the call site need not be written out.
+            Some(c)
+                if !probe
+                    && c.server_limit.is_none()
+                    && c.retry_after.is_none()
+                    && self.adaptive.is_none()
+                    && self.breaker.is_none() =>
+            {
+                self.stats.on_finish();
+            }
             _ => self.end_call_with(completion, probe),
         }
     }
@@ -446,7 +458,7 @@ impl ToolRuntime {
             if probe {
                 self.cancel_probe();
             }
-            self.stats.on_finish(None);
+            self.stats.on_finish();
             return;
         };
         let core = &self.core;
@@ -466,7 +478,7 @@ impl ToolRuntime {
         if let Some(b) = &self.breaker {
             b.record(c.outcome, c.latency, probe, core.clock.now());
         }
-        self.stats.on_finish(Some(c.outcome));
+        self.stats.on_finish();
     }
 
     /// Admits `call` by the fast path alone, when nothing else has a say: no

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::decision::{Outcome, Reason, Rejection};
+use crate::decision::{Reason, Rejection};
 
 /// Live counters of one tool, kept across policy reloads.
 #[derive(Debug)]
@@ -22,7 +22,6 @@ pub(crate) struct ToolStats {
     pub(crate) waiting: AtomicUsize,
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
-    pub(crate) outcomes: [AtomicU64; 4],
     /// Until when the upstream asked not to be called (engine clock; 0: never).
     pub(crate) paused_until: AtomicU64,
     /// Spreading by the upstream's rate-limit headers: active until this time
@@ -75,7 +74,6 @@ impl ToolStats {
             waiting: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
-            outcomes: Default::default(),
             paused_until: AtomicU64::new(0),
             spread_until: crate::sync::AtomicU64::new(0),
             spread_every: crate::sync::AtomicU64::new(0),
@@ -141,13 +139,12 @@ impl ToolStats {
         );
     }
 
+    /// Counts the end of an admitted call (its outcome feeds the breaker and the
+    /// adaptive limit, which keep their own counts).
     #[inline(always)]
-    pub(crate) fn on_finish(&self, outcome: Option<Outcome>) {
+    pub(crate) fn on_finish(&self) {
         self.calls.finish();
         self.metrics.in_flight.decrement(1.0);
-        if let Some(o) = outcome {
-            self.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// Pauses the tool until `until` (never shortens a longer pause).

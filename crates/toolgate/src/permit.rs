@@ -202,7 +202,7 @@ impl Permit {
             tool.cancel_probe();
         }
         if admitted {
-            tool.stats.on_finish(None);
+            tool.stats.on_finish();
         }
     }
 
@@ -332,8 +332,11 @@ impl<'a> ScopedPermit<'a> {
     }
 
     /// Ends the call, as [`Permit::complete`].
-    pub fn complete(mut self, completion: Completion) {
-        self.end(Some(completion));
+    #[inline]
+    pub fn complete(self, completion: Completion) {
+        // `end` takes everything out; with no drop to follow, nothing reads what it
+        // leaves behind, so that store can go.
+        std::mem::ManuallyDrop::new(self).end(Some(completion));
     }
 
     /// An owned [`Permit`] for the same admission, to keep beyond the handle.

@@ -90,9 +90,10 @@ pub(crate) struct Cell {
 /// cores hand back and forth when they admit the same tool (two lines, for the
 /// prefetchers that fetch lines in pairs).
 #[derive(Debug)]
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub(crate) struct FastBucket {
     pub(crate) word: AtomicU64,
+    _apart: [u64; 7],
     pub(crate) form: WordForm,
     enabled: AtomicBool,
 }
@@ -444,6 +445,7 @@ impl Cell {
             (Kind::Bucket(g), Limiter::Bucket(_)) => g.word_form().map(|form| {
                 Box::new(FastBucket {
                     word: AtomicU64::new(FastBucket::LOCKED),
+                    _apart: [0; 7],
                     form,
                     enabled: AtomicBool::new(false),
                 })

@@ -62,6 +62,33 @@ fn a_scoped_permit_counts_in_flight_until_dropped_or_completed() {
 }
 
 #[test]
+fn a_fast_path_permit_completed_with_retry_after_pauses_its_tool() {
+    // No breaker and no adaptive limit: the completion is decided inline unless it
+    // carries an upstream signal, which must still reach the tool.
+    let (engine, clock) =
+        engine("[tools.t]\nrate = \"100/s\"\nburst = 100\n[tools.u]\nrate = \"100/s\"");
+    let t = engine.tool("t");
+    let call = Call::new("t");
+    t.try_admit_scoped(&call)
+        .unwrap()
+        .complete(Completion::success());
+    assert_eq!(counts(&engine, "t"), (1, 0));
+    t.try_admit_scoped(&call)
+        .unwrap()
+        .complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(2)));
+    assert_eq!(counts(&engine, "t"), (2, 0));
+    assert_rejected(
+        t.try_admit_scoped(&call).map(|p| p.into_owned()),
+        "rate_limited",
+        "tools.t.retry_after",
+        Some(Duration::from_secs(2)),
+    );
+    assert!(engine.tool("u").try_admit_scoped(&Call::new("u")).is_ok());
+    clock.advance(Duration::from_secs(2));
+    assert!(t.try_admit_scoped(&call).is_ok());
+}
+
+#[test]
 fn a_tool_the_fast_path_cannot_serve_gets_the_general_path_behind_the_same_permit() {
     let (engine, _clock) = engine("[tools.db]\nrate = \"10/s\"\nconcurrency = 1");
     let t = engine.tool("db");
