@@ -10,7 +10,7 @@
 //! would hand out fresh quota and over-admit).
 
 use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use hashbrown::HashMap;
 
@@ -27,6 +27,17 @@ pub(crate) struct Partitions {
     shards: Box<[Mutex<Shard>]>,
     per_shard_max: usize,
     hasher: hashbrown::DefaultHashBuilder,
+    home: Arc<Home>,
+}
+
+/// Where a quota's tenant partitions live now. Every generation of one quota's
+/// partitions shares it (a reload that converts them hands it on), so that a token
+/// difference that comes late to a partition a reload retired finds the tenant's
+/// partition under the policy in force, even after the partition it was converted
+/// into is gone (evicted once idle, or replaced by a further reload).
+#[derive(Debug, Default)]
+pub(crate) struct Home {
+    current: Mutex<Option<(Weak<Partitions>, QuotaDef)>>,
 }
 
 #[derive(Debug, Default)]
@@ -67,7 +78,21 @@ impl Partitions {
             shards,
             per_shard_max: (max / n).max(1),
             hasher: hashbrown::DefaultHashBuilder::default(),
+            home: Arc::default(),
         }
+    }
+
+    /// These partitions, shared, made the ones in force for their quota's [`Home`]
+    /// (defined by `def`).
+    pub(crate) fn install(self, def: &QuotaDef) -> Arc<Self> {
+        let parts = Arc::new(self);
+        *parts.home.current.lock() = Some((Arc::downgrade(&parts), def.clone()));
+        parts
+    }
+
+    /// Where this quota's partitions live now.
+    pub(crate) fn home(&self) -> &Arc<Home> {
+        &self.home
     }
 
     fn shard(&self, key: &str) -> &Mutex<Shard> {
@@ -129,13 +154,16 @@ impl Partitions {
     /// shards (which follows `max`) both differ from these. Each shard here is
     /// retired in the same step, so a call still on the old policy cannot create a
     /// partition the new one would not see: it starts over instead.
-    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&Cell) -> Arc<Cell>) -> Self {
-        let new = Self::new(max);
+    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&str, &Cell) -> Arc<Cell>) -> Self {
+        let new = Self {
+            home: self.home.clone(),
+            ..Self::new(max)
+        };
         for old in self.shards.iter() {
             let mut old = old.lock();
             old.retired = true;
             for (k, cell) in &old.map {
-                new.shard(k).lock().map.insert(k.clone(), convert(cell));
+                new.shard(k).lock().map.insert(k.clone(), convert(k, cell));
             }
         }
         for fresh in new.shards.iter() {
@@ -143,6 +171,24 @@ impl Partitions {
             fresh.next_sweep = (fresh.map.len() * 2).max(MIN_SWEEP);
         }
         new
+    }
+}
+
+// === impl Home ===
+
+impl Home {
+    /// The partition of tenant `key` under the policy in force, with its definition:
+    /// created afresh if it was evicted, as a call would create it. `None` when the
+    /// quota is no longer partitioned in force, or no partition can be had now (all
+    /// busy, or a reload is replacing them).
+    pub(crate) fn partition(&self, key: &str, now: Nanos) -> Option<(Arc<Cell>, QuotaDef)> {
+        let (parts, def) = {
+            let current = self.current.lock();
+            let (parts, def) = current.as_ref()?;
+            (parts.upgrade()?, def.clone())
+        };
+        let cell = parts.get(key, &def, now).ok()?;
+        Some((cell, def))
     }
 }
 
@@ -211,7 +257,7 @@ mod tests {
         let def = def();
         let old = Partitions::new(1_000);
         let known = old.get("known", &def, 0).unwrap_or_else(|_| panic!("full"));
-        let new = old.converted(1_000, |_| Arc::new(Cell::new(def.fresh(0))));
+        let new = old.converted(1_000, |_, _| Arc::new(Cell::new(def.fresh(0))));
         // A known tenant still finds its (now converted) cell; a new one is refused,
         // so that nobody charges a partition the new map does not have.
         assert!(old

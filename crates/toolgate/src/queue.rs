@@ -38,7 +38,7 @@ use crate::decision::{Call, Reason, Rejection};
 use crate::engine::Core;
 use crate::permit::{Held, Held2, Permit};
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota, Successor};
+use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota};
 use crate::sync::{AtomicU64, Mutex};
 
 /// Every reservation that is still in the future, by arrival order.
@@ -346,7 +346,7 @@ fn reconcile_successor(
 ) {
     let next = retired.successor();
     drop(retired);
-    if let Some((cell, def)) = next.and_then(Successor::follow) {
+    if let Some((cell, def)) = next.and_then(|n| n.follow(now)) {
         let mut g = cell.lock();
         g.settle(&def, now);
         apply_difference(&mut g, &def, estimate, actual, since, now);

@@ -144,35 +144,43 @@ pub(crate) enum Link {
     /// successor must outlive it.
     Strong(Arc<Cell>),
     /// A tenant partition, held weakly: the link must not keep the new partition
-    /// from being evicted. An evicted partition was idle (full again); a difference
-    /// that arrives after that has nowhere to go.
-    Weak(std::sync::Weak<Cell>),
+    /// from being evicted. Once it is gone (evicted when idle, or replaced by a
+    /// further reload whose partitions dropped it), the tenant's partition now is
+    /// found by its key where the quota's partitions live now.
+    Tenant {
+        cell: std::sync::Weak<Cell>,
+        key: Box<str>,
+        home: Arc<crate::partition::Home>,
+    },
 }
 
 // === impl Successor ===
 
 impl Successor {
     /// The live cell at the end of the chain of reloads since, with its definition;
-    /// `None` when a partition on the way was evicted. Takes one lock at a time.
-    pub(crate) fn follow(self) -> Option<(Arc<Cell>, QuotaDef)> {
-        let (mut cell, mut def) = (self.cell.get()?, self.def);
+    /// `None` when the quota is gone from the policy in force. Takes one lock at a
+    /// time.
+    pub(crate) fn follow(self, now: Nanos) -> Option<(Arc<Cell>, QuotaDef)> {
+        let (mut cell, mut def) = self.resolve(now)?;
         loop {
             let next = cell.lock().successor();
             match next {
-                Some(n) => (cell, def) = (n.cell.get()?, n.def),
+                Some(n) => (cell, def) = n.resolve(now)?,
                 None => return Some((cell, def)),
             }
         }
     }
-}
 
-// === impl Link ===
-
-impl Link {
-    fn get(&self) -> Option<Arc<Cell>> {
-        match self {
-            Self::Strong(c) => Some(c.clone()),
-            Self::Weak(c) => c.upgrade(),
+    /// The cell this link leads to, with its definition: a tenant's partition that
+    /// is gone is looked up (or created) by its key where the quota's partitions live
+    /// now, under the definition in force.
+    fn resolve(self, now: Nanos) -> Option<(Arc<Cell>, QuotaDef)> {
+        match self.cell {
+            Link::Strong(cell) => Some((cell, self.def)),
+            Link::Tenant { cell, key, home } => match cell.upgrade() {
+                Some(cell) => Some((cell, self.def)),
+                None => home.partition(&key, now),
+            },
         }
     }
 }
@@ -370,7 +378,7 @@ impl QuotaDef {
 impl Quota {
     pub(crate) fn new(def: QuotaDef, now: Nanos) -> Self {
         let slot = if def.partitioned {
-            Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions)))
+            Slot::Partitioned(Partitions::new(def.max_partitions).install(&def))
         } else {
             Slot::Single(Arc::new(Cell::single(&def, def.fresh(now))))
         };
@@ -395,7 +403,8 @@ impl Quota {
         // The old cell is retired under the same lock that reads its state, so no
         // call can charge it after the state has moved (it starts over instead), and
         // it points to the cell that carries the state now.
-        let succeed = |cell: &Cell, single: bool| {
+        let succeed = |cell: &Cell, tenant: Option<(&str, &Arc<crate::partition::Home>)>| {
+            let single = tenant.is_none();
             let mut g = cell.lock();
             let limiter = def.convert(&old.def, &g.limiter, now);
             let next = Arc::new(if single {
@@ -404,11 +413,14 @@ impl Quota {
                 Cell::new(limiter)
             });
             // A tenant partition links weakly: eviction must stay free to drop it (a
-            // late difference is lost once it is gone, or after a second reload).
-            let cell = if single {
-                Link::Strong(next.clone())
-            } else {
-                Link::Weak(Arc::downgrade(&next))
+            // late difference then goes to the tenant's partition by key).
+            let cell = match tenant {
+                None => Link::Strong(next.clone()),
+                Some((key, home)) => Link::Tenant {
+                    cell: Arc::downgrade(&next),
+                    key: key.into(),
+                    home: home.clone(),
+                },
             };
             g.limiter = Limiter::Retired(Box::new(Successor {
                 cell,
@@ -417,11 +429,15 @@ impl Quota {
             next
         };
         let slot = match (&old.slot, def.partitioned) {
-            (Slot::Single(cell), false) => Slot::Single(succeed(cell, true)),
-            (Slot::Partitioned(parts), true) => Slot::Partitioned(Arc::new(
-                parts.converted(def.max_partitions, |c| succeed(c, false)),
-            )),
-            (_, true) => Slot::Partitioned(Arc::new(Partitions::new(def.max_partitions))),
+            (Slot::Single(cell), false) => Slot::Single(succeed(cell, None)),
+            (Slot::Partitioned(parts), true) => Slot::Partitioned(
+                parts
+                    .converted(def.max_partitions, |key, c| {
+                        succeed(c, Some((key, parts.home())))
+                    })
+                    .install(&def),
+            ),
+            (_, true) => Slot::Partitioned(Partitions::new(def.max_partitions).install(&def)),
             (_, false) => Slot::Single(Arc::new(Cell::single(&def, def.fresh(now)))),
         };
         Self { def, slot }

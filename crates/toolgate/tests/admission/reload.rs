@@ -136,8 +136,7 @@ fn a_token_estimate_reconciled_after_a_reload_reaches_the_new_budget() {
 fn a_per_tenant_token_estimate_reconciled_after_a_reload_reaches_the_tenants_new_budget() {
     // The same through a tenant partition: the retired partition links (weakly, so
     // that eviction stays free to drop the new one) to the partition that carries
-    // its state now. One reload: across two, the partition in between is gone by
-    // the time the difference comes (see `docs/semantics.md`).
+    // its state now.
     let (engine, _clock) = engine("[tools.llm]\ntokens = \"1000/min\"\npartition = \"tenant\"");
     let tokens = |e: &toolgate::Engine, tenant: &str| {
         e.tool_state("llm", Some(tenant))
@@ -158,6 +157,51 @@ fn a_per_tenant_token_estimate_reconciled_after_a_reload_reaches_the_tenants_new
     other.complete(toolgate::Completion::success().tokens(400));
     assert_eq!(tokens(&engine, "globex"), Some(600));
     assert_eq!(tokens(&engine, "acme"), Some(500));
+}
+
+#[test]
+fn a_per_tenant_token_difference_finds_the_tenant_once_its_new_partition_is_gone() {
+    // The partition a reload converted a tenant's into may be gone by the time a
+    // late difference comes: evicted once idle, or dropped with the policy of a
+    // further reload. The difference then goes to the tenant's partition under the
+    // policy in force, looked up (or created) by the tenant's key.
+    let (engine, clock) = engine("[tools.llm]\ntokens = \"1000/min\"\npartition = \"tenant\"");
+    let policy = |burst: u64| {
+        Policy::from_toml_str(&format!(
+            "[tools.llm]\ntokens = \"1000/min\"\ntokens_burst = {burst}\npartition = \"tenant\""
+        ))
+        .unwrap()
+    };
+    let tokens = |e: &toolgate::Engine, tenant: &str| {
+        e.tool_state("llm", Some(tenant))
+            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == "tools.llm.tokens"))
+            .and_then(|q| q.available)
+    };
+    let partitions = |e: &toolgate::Engine| quota(e, "llm", "tools.llm.tokens").partitions;
+    let call = |tenant: &'static str, n: u64| Call::new("llm").tenant(tenant).tokens(n);
+
+    // Evicted: the tenant's new partition refills while the call runs, and goes.
+    let evicted = engine.try_admit(&call("acme", 300)).unwrap();
+    engine.apply(policy(1100));
+    clock.advance(Duration::from_secs(60));
+    engine.sweep_partitions();
+    assert_eq!(partitions(&engine), Some(0));
+    evicted.complete(toolgate::Completion::success().tokens(450));
+    assert_eq!(partitions(&engine), Some(1));
+    assert_eq!(tokens(&engine, "acme"), Some(950));
+
+    // Two reloads: the partition in between went with the policy between them.
+    let twice = engine.try_admit(&call("globex", 200)).unwrap();
+    let more = engine.try_admit(&call("globex", 100)).unwrap();
+    assert_eq!(tokens(&engine, "globex"), Some(800));
+    engine.apply(policy(1200));
+    engine.apply(policy(1300));
+    assert_eq!(tokens(&engine, "globex"), Some(800));
+    twice.complete(toolgate::Completion::success().tokens(50));
+    assert_eq!(tokens(&engine, "globex"), Some(950));
+    more.complete(toolgate::Completion::success().tokens(400));
+    assert_eq!(tokens(&engine, "globex"), Some(650));
+    assert_eq!(tokens(&engine, "acme"), Some(950));
 }
 
 #[test]
