@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Forms: `governor` (one `check()`), `scoped` (`ToolHandle::try_admit_scoped`),
-//! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`). Without
+//! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`), `tenant`
+//! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn) and
+//! `governor_keyed` (governor's keyed limiter, the same tenants). Without
 //! arguments (as under `cargo test --benches`) each form runs a few calls.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -34,7 +36,26 @@ fn run(form: &str, n: u64) {
         "scoped" => (0..n).for_each(|_| drop(handle.try_admit_scoped(black_box(&call)).unwrap())),
         "owned" => (0..n).for_each(|_| drop(handle.try_admit(black_box(&call)).unwrap())),
         "by_name" => (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap())),
-        other => panic!("unknown form {other:?}: governor, scoped, owned or by_name"),
+        "governor_keyed" => {
+            let n32 = std::num::NonZeroU32::new(4_000_000_000).unwrap();
+            let gov = governor::RateLimiter::dashmap_with_clock(
+                governor::Quota::per_second(n32).allow_burst(n32),
+                governor::clock::FakeRelativeClock::default(),
+            );
+            let keys: Vec<String> = (0..64).map(|i| format!("tenant-{i:06}")).collect();
+            (0..n).for_each(|i| black_box(gov.check_key(&keys[i as usize % keys.len()])).unwrap());
+        }
+        "tenant" => {
+            let e = engine(&format!("{OPEN_BUCKET}\npartition = \"tenant\""));
+            let keys: Vec<String> = (0..64).map(|i| format!("tenant-{i:06}")).collect();
+            (0..n).for_each(|i| {
+                let call = Call::new("t").tenant(&keys[i as usize % keys.len()]);
+                drop(e.try_admit(black_box(&call)).unwrap());
+            });
+        }
+        other => panic!(
+            "unknown form {other:?}: governor, scoped, owned, by_name tenant or governor_keyed"
+        ),
     }
 }
 
@@ -45,8 +66,15 @@ fn main() {
         .collect();
     match args.as_slice() {
         [form, n] => run(form, n.parse().expect("a call count")),
-        _ => ["governor", "scoped", "owned", "by_name"]
-            .into_iter()
-            .for_each(|f| run(f, 10)),
+        _ => [
+            "governor",
+            "scoped",
+            "owned",
+            "by_name",
+            "tenant",
+            "governor_keyed",
+        ]
+        .into_iter()
+        .for_each(|f| run(f, 10)),
     }
 }
