@@ -521,16 +521,43 @@ impl ToolRuntime {
             self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Permit::immediate(Some(self.clone()), now));
         }
-        let plan = self.plan(call, now)?;
-        let mut guards = lock_all(&plan);
-        if retired(&guards) {
+        let held = if self.quotas.len() == 1 {
+            // One quota (a per-tenant bucket, say): its step and guard on the stack,
+            // without the plan's and guards' vectors and the sort.
+            let step = self.step(0, call, now)?;
+            let mut guard = step.cell.get().lock();
+            self.decide(
+                std::slice::from_ref(&step),
+                std::slice::from_mut(&mut guard),
+                call,
+                now,
+            )?
+        } else {
+            let plan = self.plan(call, now)?;
+            let mut guards = lock_all(&plan);
+            self.decide(&plan, &mut guards, call, now)?
+        };
+        self.on_admit(Duration::ZERO, call.tenant);
+        Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
+    }
+
+    /// Decides `call` on the locked cells of its plan: charges them and says what
+    /// the permit keeps, or says why not (nothing charged).
+    fn decide(
+        &self,
+        plan: &[Step<'_>],
+        guards: &mut [CellGuard<'_>],
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Held2, Denied> {
+        if retired(guards) {
             return Err(Denied::stale(self.rejection(
                 plan[0].quota,
                 Reason::RateLimited,
                 None,
             )));
         }
-        let v = evaluate(&plan, &mut guards, now, false);
+        let v = evaluate(plan, guards, now, false);
         if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
             return Err(Denied {
                 rejection: self.rejection(plan[i].quota, reason, retry),
@@ -540,11 +567,9 @@ impl ToolRuntime {
             });
         }
         let mut held = Held2::new();
-        charge(&plan, &mut guards, now, false, &mut held);
-        self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
-        drop(guards);
-        self.on_admit(Duration::ZERO, call.tenant);
-        Ok(Permit::new(Some(self.clone()), held, now, Duration::ZERO))
+        charge(plan, guards, now, false, &mut held);
+        self.shadow_pass(plan, guards, now, call.tenant, &mut held);
+        Ok(held)
     }
 
     /// The one-word bucket of a tool governed by exactly one unpartitioned, enforced
