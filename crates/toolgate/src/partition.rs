@@ -19,6 +19,10 @@ use crate::quota::{Cell, QuotaDef};
 use crate::sync::Mutex;
 
 const SHARDS: usize = 16;
+/// Below `SHARDS` times this many partitions allowed, one shard holds them all, so
+/// that the cap is exact (with several shards each holds its share of the cap, and a
+/// shard can fill while others have room).
+const MIN_PER_SHARD: usize = 256;
 const MIN_SWEEP: usize = 64;
 
 /// The partitions of one quota.
@@ -52,7 +56,7 @@ struct Shard {
 /// Why no partition was handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// Every partition slot of the shard is held by a busy tenant.
+    /// Every partition slot (of the shard, for a large cap) is held by a busy tenant.
     Full,
     /// A reload replaced these partitions: start over on the policy in force.
     Retired,
@@ -62,9 +66,15 @@ pub(crate) enum Refused {
 
 impl Partitions {
     pub(crate) fn new(max: usize) -> Self {
-        // Never more shards than partitions allowed, so the per-shard caps add up to
-        // at most `max`.
-        let n = SHARDS.min(max).max(1);
+        // The per-shard caps add up to at most `max`. A small cap is kept exactly, in
+        // one shard; a large one is split over `SHARDS` shards of at least
+        // `MIN_PER_SHARD` each (a flood of tenants spreads evenly over them, so
+        // refusals begin at most a few percent before `max`).
+        let n = if max < SHARDS * MIN_PER_SHARD {
+            1
+        } else {
+            SHARDS
+        };
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
@@ -198,8 +208,15 @@ impl Shard {
     fn sweep(&mut self, def: &QuotaDef, now: Nanos) {
         // A partition still referenced elsewhere (an admission in progress, a permit,
         // a waiter) is never removed, and only idle state is: eviction is lossless.
-        self.map
-            .retain(|_, cell| Arc::strong_count(cell) > 1 || !cell.lock().is_idle(def, now));
+        // Reservations already due are settled first: idleness depends on the state,
+        // not on when the cell was last looked at.
+        self.map.retain(|_, cell| {
+            Arc::strong_count(cell) > 1 || {
+                let mut g = cell.lock();
+                g.settle(def, now);
+                !g.is_idle(def, now)
+            }
+        });
     }
 }
 
@@ -234,22 +251,47 @@ mod tests {
         assert_eq!(parts.len(), 0);
     }
 
-    #[test]
-    fn the_cap_refuses_new_tenants_while_every_partition_is_busy() {
+    /// Offers `tenants` new busy tenants to partitions capped at `max`; how many
+    /// got a partition.
+    fn fill(max: usize, tenants: usize) -> (Partitions, usize) {
         let def = def();
-        let parts = Partitions::new(SHARDS * 4);
-        let mut refused = 0;
-        for i in 0..1_000 {
+        let parts = Partitions::new(max);
+        let mut admitted = 0;
+        for i in 0..tenants {
             match parts.get(&format!("t{i}"), &def, 0) {
-                Ok(cell) => cell.lock().charge(&def, 1, 0),
-                Err(Refused::Full) => refused += 1,
+                Ok(cell) => {
+                    cell.lock().charge(&def, 1, 0);
+                    admitted += 1;
+                }
+                Err(Refused::Full) => {}
                 Err(Refused::Retired) => panic!("not converted"),
             }
         }
-        assert!(parts.len() <= SHARDS * 4);
-        assert!(refused >= 1_000 - SHARDS * 4);
-        // Once they are idle, new tenants get in again.
-        assert!(parts.get("newcomer", &def, 1_000_000_000).is_ok());
+        assert_eq!(parts.len(), admitted);
+        (parts, admitted)
+    }
+
+    #[test]
+    fn a_small_cap_is_exact_whatever_the_tenants_hash_to() {
+        // Each map hashes with a seed of its own: many maps, many layouts.
+        for max in [1, 2, 3, 5, 64, SHARDS * MIN_PER_SHARD - 1] {
+            for _ in 0..20 {
+                let (parts, admitted) = fill(max, max + 10);
+                assert_eq!(admitted, max, "cap {max}");
+                // Once they are idle, new tenants get in again.
+                assert!(parts.get("newcomer", &def(), 1_000_000_000).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_cap_is_never_exceeded_and_nearly_reached() {
+        let max = SHARDS * MIN_PER_SHARD * 2;
+        let (parts, admitted) = fill(max, max * 2);
+        assert!(admitted <= max, "{admitted} partitions, cap {max}");
+        // Spread evenly enough over the shards that refusals begin late.
+        assert!(admitted >= max * 9 / 10, "{admitted} of {max}");
+        assert!(parts.get("newcomer", &def(), 1_000_000_000).is_ok());
     }
 
     #[test]

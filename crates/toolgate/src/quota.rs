@@ -708,6 +708,11 @@ impl CellState {
             return Vec::new();
         };
         let undone: Vec<Entry> = p.entries.drain(i..).collect();
+        if p.entries.is_empty() && p.conc_waiters.is_empty() {
+            // Nothing left waiting: the cell is as if they had never come (and may go
+            // idle, and be evicted, like any other).
+            self.pending = None;
+        }
         if let Some(first) = undone.first() {
             match (&first.before, &mut self.limiter) {
                 (Snapshot::Bucket(tat), Limiter::Bucket(cur)) => *cur = *tat,

@@ -1,5 +1,5 @@
 //! Property tests against simple reference models: random arrivals, costs, pools,
-//! reservations, completions and cancellations never over-admit in any window;
+//! tenants, reservations, completions and cancellations never over-admit in any window;
 //! waiters are admitted in FIFO order; a cancelled waiter is invisible to everyone
 //! else; an unused part of a reservation, given back, counts as never admitted.
 
@@ -46,9 +46,29 @@ rate = "3/s"
 burst = 2
 on_limit = "wait"
 max_wait = "2s"
+
+# One bucket per tenant: a call under one quota on the general path, partitions
+# created and evicted as tenants come and go (at most 3 live: refusals too), and
+# waiters per tenant.
+[tools.e]
+rate = "2/s"
+burst = 2
+partition = "tenant"
+max_partitions = 3
+on_limit = "wait"
+max_wait = "2s"
 "#;
 
-const TOOLS: [&str; 4] = ["a", "b", "c", "d"];
+const TOOLS: [&str; 5] = ["a", "b", "c", "d", "e"];
+/// The tenants of tool `e` (picked by a call's token count); every other tool's
+/// calls, and reservations, name no tenant.
+const TENANTS: [&str; 4] = ["t1", "t2", "t3", "t4"];
+const E: usize = 4;
+
+/// The tenant a call of `tool` with `tokens` names.
+fn tenant(tool: usize, tokens: u64) -> Option<&'static str> {
+    (tool == E).then(|| TENANTS[tokens as usize % TENANTS.len()])
+}
 const S: u64 = 1_000_000_000;
 
 #[derive(Debug, Clone)]
@@ -74,12 +94,12 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u64..700).prop_map(|ms| Op::Advance(ms * 1_000_000 + ms % 7)),
-        4 => (0..4usize, 1..=2u64, 0..40u64).prop_map(|(tool, count, tokens)| Op::Try { tool, count, tokens }),
-        // The tools that wait: a, b and d.
-        4 => (0..3usize, 0..40u64).prop_map(|(i, tokens)| Op::Wait { tool: [0, 1, 3][i], tokens }),
+        4 => (0..5usize, 1..=2u64, 0..40u64).prop_map(|(tool, count, tokens)| Op::Try { tool, count, tokens }),
+        // The tools that wait: a, b, d and e.
+        4 => (0..4usize, 0..40u64).prop_map(|(i, tokens)| Op::Wait { tool: [0, 1, 3, E][i], tokens }),
         2 => any::<usize>().prop_map(Op::Complete),
         2 => any::<usize>().prop_map(Op::Cancel),
-        2 => prop::collection::vec(0..4usize, 1..4).prop_map(Op::Reserve),
+        2 => prop::collection::vec(0..5usize, 1..4).prop_map(Op::Reserve),
         2 => any::<usize>().prop_map(Op::Unreserve),
     ]
 }
@@ -91,6 +111,8 @@ type AdmitTask =
 #[derive(Debug, Clone)]
 struct Admission {
     tool: usize,
+    /// The tenant named (tool `e` only).
+    tenant: Option<&'static str>,
     at: u64,
     count: u64,
     tokens: u64,
@@ -121,6 +143,9 @@ struct Waiter {
     cancelled_pending: bool,
 }
 
+/// A tool, and the tenant whose partition a waiter queues on (tool `e` only).
+type Queue = (usize, Option<&'static str>);
+
 #[derive(Default)]
 struct Run {
     admissions: Vec<Admission>,
@@ -130,8 +155,9 @@ struct Run {
     reserved: Vec<(usize, Permit)>,
     /// Outcome of each call by the index of the op that made it.
     told: BTreeMap<usize, Told>,
-    /// Admission times of waiters per tool, in arrival order.
-    waiter_times: BTreeMap<usize, Vec<(usize, u64)>>,
+    /// Admission times of waiters per tool and tenant (FIFO holds per quota, and
+    /// each tenant of a tool has a quota of its own), in arrival order.
+    waiter_times: BTreeMap<Queue, Vec<(usize, u64)>>,
 }
 
 fn engine() -> (Engine, ManualClock) {
@@ -161,7 +187,10 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                 count,
                 tokens,
             } => {
-                let call = Call::new(TOOLS[tool]).count(count).tokens(tokens);
+                let mut call = Call::new(TOOLS[tool]).count(count).tokens(tokens);
+                if let Some(t) = tenant(tool, tokens) {
+                    call = call.tenant(t);
+                }
                 let res = engine.try_admit(&call);
                 r.record(i, tool, count, tokens, res);
             }
@@ -171,7 +200,13 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                 }
                 let e = engine.clone();
                 let fut: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
-                    Box::pin(async move { e.admit(&Call::new(TOOLS[tool]).tokens(tokens)).await });
+                    Box::pin(async move {
+                        let mut call = Call::new(TOOLS[tool]).tokens(tokens);
+                        if let Some(t) = tenant(tool, tokens) {
+                            call = call.tenant(t);
+                        }
+                        e.admit(&call).await
+                    });
                 arrivals += 1;
                 waiters.push(Waiter {
                     op_index: i,
@@ -195,7 +230,9 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                     Ok(permits) => {
                         for (&tool, p) in tools.iter().zip(permits) {
                             r.told.insert(i, Told::Admitted(p.admitted_at()));
-                            let id = r.admit(tool, p.admitted_at(), 1, 0);
+                            // No tenant named: tool `e` charges the partition of "".
+                            let id =
+                                r.admit(tool, (tool == E).then_some(""), p.admitted_at(), 1, 0);
                             r.reserved.push((id, p));
                         }
                     }
@@ -258,7 +295,7 @@ impl Run {
         match res {
             Ok(p) => {
                 self.told.insert(op, Told::Admitted(p.admitted_at()));
-                let id = self.admit(tool, p.admitted_at(), count, tokens);
+                let id = self.admit(tool, tenant(tool, tokens), p.admitted_at(), count, tokens);
                 self.permits.push((id, p));
             }
             Err(rej) => {
@@ -275,10 +312,18 @@ impl Run {
     }
 
     /// Records an admission; its id.
-    fn admit(&mut self, tool: usize, at: u64, count: u64, tokens: u64) -> usize {
+    fn admit(
+        &mut self,
+        tool: usize,
+        tenant: Option<&'static str>,
+        at: u64,
+        count: u64,
+        tokens: u64,
+    ) -> usize {
         let id = self.admissions.len();
         self.admissions.push(Admission {
             tool,
+            tenant,
             at,
             count,
             tokens,
@@ -295,7 +340,7 @@ impl Run {
                 w.task = None;
                 if let Ok(p) = &res {
                     self.waiter_times
-                        .entry(w.tool)
+                        .entry((w.tool, tenant(w.tool, w.tokens)))
                         .or_default()
                         .push((w.arrived, p.admitted_at()));
                 }
@@ -383,16 +428,21 @@ proptest! {
         window_conforms(&of(&r, &[1], req), 3, S).map_err(|e| TestCaseError::fail(format!("tools.b.rate: {e}")))?;
         concurrency_conforms(&r, &[0, 1], 3).map_err(|e| TestCaseError::fail(format!("pools.p.concurrency: {e}")))?;
         concurrency_conforms(&r, &[2], 1).map_err(|e| TestCaseError::fail(format!("tools.c.concurrency: {e}")))?;
+        for t in TENANTS.into_iter().chain([""]) {
+            let adm = r.admissions.iter().filter(|a| a.tool == E && !a.cancelled && a.tenant == Some(t));
+            bucket_conforms(adm.map(|a| (a.at, a.count)).collect(), 2, S, 2)
+                .map_err(|e| TestCaseError::fail(format!("tools.e.rate, tenant {t:?}: {e}")))?;
+        }
     }
 
     #[test]
     fn waiters_are_admitted_in_fifo_order(ops in prop::collection::vec(op(), 1..60)) {
         let r = run(&ops, &[]);
-        for (tool, times) in &r.waiter_times {
+        for ((tool, tenant), times) in &r.waiter_times {
             let mut by_arrival = times.clone();
             by_arrival.sort_by_key(|t| t.0);
             for w in by_arrival.windows(2) {
-                prop_assert!(w[0].1 <= w[1].1, "tool {}: waiter {} admitted at {} after waiter {} at {}", TOOLS[*tool], w[0].0, w[0].1, w[1].0, w[1].1);
+                prop_assert!(w[0].1 <= w[1].1, "tool {} (tenant {:?}): waiter {} admitted at {} after waiter {} at {}", TOOLS[*tool], tenant, w[0].0, w[0].1, w[1].0, w[1].1);
             }
         }
     }

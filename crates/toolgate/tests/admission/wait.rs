@@ -125,6 +125,29 @@ fn cancelling_the_last_waiter_restores_the_bucket_exactly() {
 }
 
 #[test]
+fn a_cancelled_waiter_leaves_its_tenants_partition_free_to_be_evicted() {
+    // One partition allowed: a second tenant gets in only once the first one's is
+    // idle again, which a waiter that came and went must not change.
+    let (engine, clock) = engine(
+        "[tools.t]\nrate = \"1/s\"\nburst = 1\npartition = \"tenant\"\nmax_partitions = 1\n\
+         on_limit = \"wait\"\nmax_wait = \"5s\"",
+    );
+    let a = Call::new("t").tenant("a");
+    drop(engine.try_admit(&a).unwrap());
+    let mut w = task::spawn(engine.admit(&a));
+    assert_pending!(w.poll());
+    drop(w);
+    let b = Call::new("t").tenant("b");
+    assert_eq!(
+        engine.try_admit(&b).unwrap_err().reason().as_str(),
+        "rate_limited"
+    );
+    clock.advance(ms(1_000));
+    assert!(engine.try_admit(&b).is_ok());
+    assert_eq!(quota(&engine, "t", "tools.t.rate").partitions, Some(1));
+}
+
+#[test]
 fn cancellation_replays_waiters_behind_it_across_shared_pools() {
     let (engine, clock) = engine(
         r#"
