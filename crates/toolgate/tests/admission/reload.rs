@@ -132,31 +132,37 @@ fn a_token_estimate_reconciled_after_a_reload_reaches_the_new_budget() {
     assert_eq!(tokens(&engine), Some(500));
 }
 
+/// Tokens left in `tenant`'s partition of the `llm` tool's budget.
+fn tenant_tokens(e: &toolgate::Engine, tenant: &str) -> Option<u64> {
+    e.tool_state("llm", Some(tenant))
+        .and_then(|s| s.quotas.into_iter().find(|q| q.quota == "tools.llm.tokens"))
+        .and_then(|q| q.available)
+}
+
+/// A call of the `llm` tool by `tenant`, estimated at `n` tokens.
+fn tenant_call(tenant: &str, n: u64) -> Call<'_> {
+    Call::new("llm").tenant(tenant).tokens(n)
+}
+
 #[test]
 fn a_per_tenant_token_estimate_reconciled_after_a_reload_reaches_the_tenants_new_budget() {
     // The same through a tenant partition: the retired partition links (weakly, so
     // that eviction stays free to drop the new one) to the partition that carries
     // its state now.
     let (engine, _clock) = engine("[tools.llm]\ntokens = \"1000/min\"\npartition = \"tenant\"");
-    let tokens = |e: &toolgate::Engine, tenant: &str| {
-        e.tool_state("llm", Some(tenant))
-            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == "tools.llm.tokens"))
-            .and_then(|q| q.available)
-    };
-    let call = |tenant: &'static str, n: u64| Call::new("llm").tenant(tenant).tokens(n);
-    let more = engine.try_admit(&call("acme", 300)).unwrap();
-    let less = engine.try_admit(&call("acme", 200)).unwrap();
-    let other = engine.try_admit(&call("globex", 100)).unwrap();
+    let more = engine.try_admit(&tenant_call("acme", 300)).unwrap();
+    let less = engine.try_admit(&tenant_call("acme", 200)).unwrap();
+    let other = engine.try_admit(&tenant_call("globex", 100)).unwrap();
     let toml = "[tools.llm]\ntokens = \"1000/min\"\ntokens_burst = 1100\npartition = \"tenant\"";
     engine.apply(Policy::from_toml_str(toml).unwrap());
-    assert_eq!(tokens(&engine, "acme"), Some(500));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(500));
     more.complete(toolgate::Completion::success().tokens(450));
-    assert_eq!(tokens(&engine, "acme"), Some(350));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(350));
     less.complete(toolgate::Completion::success().tokens(50));
-    assert_eq!(tokens(&engine, "acme"), Some(500));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(500));
     other.complete(toolgate::Completion::success().tokens(400));
-    assert_eq!(tokens(&engine, "globex"), Some(600));
-    assert_eq!(tokens(&engine, "acme"), Some(500));
+    assert_eq!(tenant_tokens(&engine, "globex"), Some(600));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(500));
 }
 
 #[test]
@@ -172,36 +178,30 @@ fn a_per_tenant_token_difference_finds_the_tenant_once_its_new_partition_is_gone
         ))
         .unwrap()
     };
-    let tokens = |e: &toolgate::Engine, tenant: &str| {
-        e.tool_state("llm", Some(tenant))
-            .and_then(|s| s.quotas.into_iter().find(|q| q.quota == "tools.llm.tokens"))
-            .and_then(|q| q.available)
-    };
     let partitions = |e: &toolgate::Engine| quota(e, "llm", "tools.llm.tokens").partitions;
-    let call = |tenant: &'static str, n: u64| Call::new("llm").tenant(tenant).tokens(n);
 
     // Evicted: the tenant's new partition refills while the call runs, and goes.
-    let evicted = engine.try_admit(&call("acme", 300)).unwrap();
+    let evicted = engine.try_admit(&tenant_call("acme", 300)).unwrap();
     engine.apply(policy(1100));
     clock.advance(Duration::from_secs(60));
     engine.sweep_partitions();
     assert_eq!(partitions(&engine), Some(0));
     evicted.complete(toolgate::Completion::success().tokens(450));
     assert_eq!(partitions(&engine), Some(1));
-    assert_eq!(tokens(&engine, "acme"), Some(950));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(950));
 
     // Two reloads: the partition in between went with the policy between them.
-    let twice = engine.try_admit(&call("globex", 200)).unwrap();
-    let more = engine.try_admit(&call("globex", 100)).unwrap();
-    assert_eq!(tokens(&engine, "globex"), Some(800));
+    let twice = engine.try_admit(&tenant_call("globex", 200)).unwrap();
+    let more = engine.try_admit(&tenant_call("globex", 100)).unwrap();
+    assert_eq!(tenant_tokens(&engine, "globex"), Some(800));
     engine.apply(policy(1200));
     engine.apply(policy(1300));
-    assert_eq!(tokens(&engine, "globex"), Some(800));
+    assert_eq!(tenant_tokens(&engine, "globex"), Some(800));
     twice.complete(toolgate::Completion::success().tokens(50));
-    assert_eq!(tokens(&engine, "globex"), Some(950));
+    assert_eq!(tenant_tokens(&engine, "globex"), Some(950));
     more.complete(toolgate::Completion::success().tokens(400));
-    assert_eq!(tokens(&engine, "globex"), Some(650));
-    assert_eq!(tokens(&engine, "acme"), Some(950));
+    assert_eq!(tenant_tokens(&engine, "globex"), Some(650));
+    assert_eq!(tenant_tokens(&engine, "acme"), Some(950));
 }
 
 #[test]
