@@ -24,7 +24,7 @@ use toolgate::Call;
 #[allow(dead_code)]
 mod support;
 
-use support::{engine, governor_direct, OPEN_BUCKET};
+use support::{engine, governor_direct, governor_keyed, tenant_keys, OPEN_BUCKET};
 
 fn run(form: &str, n: u64) {
     let e = engine(OPEN_BUCKET);
@@ -37,24 +37,20 @@ fn run(form: &str, n: u64) {
         "owned" => (0..n).for_each(|_| drop(handle.try_admit(black_box(&call)).unwrap())),
         "by_name" => (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap())),
         "governor_keyed" => {
-            let n32 = std::num::NonZeroU32::new(4_000_000_000).unwrap();
-            let gov = governor::RateLimiter::dashmap_with_clock(
-                governor::Quota::per_second(n32).allow_burst(n32),
-                governor::clock::FakeRelativeClock::default(),
-            );
-            let keys: Vec<String> = (0..64).map(|i| format!("tenant-{i:06}")).collect();
+            let gov = governor_keyed();
+            let keys = tenant_keys(64);
             (0..n).for_each(|i| black_box(gov.check_key(&keys[i as usize % keys.len()])).unwrap());
         }
         "tenant" => {
             let e = engine(&format!("{OPEN_BUCKET}\npartition = \"tenant\""));
-            let keys: Vec<String> = (0..64).map(|i| format!("tenant-{i:06}")).collect();
+            let keys = tenant_keys(64);
             (0..n).for_each(|i| {
                 let call = Call::new("t").tenant(&keys[i as usize % keys.len()]);
                 drop(e.try_admit(black_box(&call)).unwrap());
             });
         }
         other => panic!(
-            "unknown form {other:?}: governor, scoped, owned, by_name tenant or governor_keyed"
+            "unknown form {other:?}: governor, scoped, owned, by_name, tenant or governor_keyed"
         ),
     }
 }

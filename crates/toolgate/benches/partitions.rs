@@ -2,14 +2,10 @@
 //! (DashMap store), cycling through every tenant, and the memory each partition costs
 //! (resident set growth while creating them, map and key included).
 
-use std::num::NonZeroU32;
-
 use criterion::{BenchmarkId, Criterion};
-use governor::clock::FakeRelativeClock;
-use governor::{Quota, RateLimiter};
 use toolgate::Call;
 
-use crate::support::{engine, GOVERNOR, TOOLGATE};
+use crate::support::{engine, governor_keyed, tenant_keys, GOVERNOR, TOOLGATE};
 
 const TENANTS: usize = 100_000;
 
@@ -21,7 +17,7 @@ fn rss_bytes() -> Option<usize> {
 }
 
 pub(crate) fn bench(c: &mut Criterion) {
-    let keys: Vec<String> = (0..TENANTS).map(|i| format!("tenant-{i:06}")).collect();
+    let keys = tenant_keys(TENANTS);
     let mut g = c.benchmark_group("partitions_100k");
 
     let before = rss_bytes();
@@ -36,11 +32,7 @@ pub(crate) fn bench(c: &mut Criterion) {
         .map(|(a, b)| a.saturating_sub(b) / TENANTS);
 
     let before = rss_bytes();
-    let n = NonZeroU32::new(4_000_000_000).unwrap();
-    let gov = RateLimiter::dashmap_with_clock(
-        Quota::per_second(n).allow_burst(n),
-        FakeRelativeClock::default(),
-    );
+    let gov = governor_keyed();
     for k in &keys {
         gov.check_key(k).unwrap();
     }

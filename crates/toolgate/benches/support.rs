@@ -36,3 +36,24 @@ pub(crate) fn governor_direct() -> Direct {
         FakeRelativeClock::default(),
     )
 }
+
+pub(crate) type Keyed = RateLimiter<
+    String,
+    governor::state::keyed::DefaultKeyedStateStore<String>,
+    FakeRelativeClock,
+    governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+>;
+
+/// governor's keyed limiter (its DashMap store) on the same open quota per key.
+pub(crate) fn governor_keyed() -> Keyed {
+    let n = NonZeroU32::new(4_000_000_000).unwrap();
+    RateLimiter::dashmap_with_clock(
+        Quota::per_second(n).allow_burst(n),
+        FakeRelativeClock::default(),
+    )
+}
+
+/// `n` distinct tenant ids, `tenant-000000` on.
+pub(crate) fn tenant_keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("tenant-{i:06}")).collect()
+}
