@@ -190,6 +190,7 @@ fn hybrid_sleep(timer: &timer::Timer, at: tokio::time::Instant) -> Sleep {
 
 /// toolgate's own clocks, read without a virtual call; any other clock through its
 /// trait object.
+///
 /// An explicit tag (`repr(u8)`): telling the variants apart is then one byte
 /// compare, where the niche in `Instant`'s nanoseconds took half a dozen instructions
 /// on every read.

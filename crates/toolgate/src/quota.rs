@@ -632,9 +632,7 @@ impl CellState {
             while p.entries.front().is_some_and(|e| e.at <= now) {
                 p.entries.pop_front();
             }
-            if p.entries.is_empty() && p.conc_waiters.is_empty() {
-                self.pending = None;
-            }
+            self.forget_empty_pending();
         }
         if let (Kind::Sliding(w), Limiter::Sliding(log)) = (def.kind, &mut self.limiter) {
             // Snapshots count entries from the log's creation, so trimming the front
@@ -708,11 +706,7 @@ impl CellState {
             return Vec::new();
         };
         let undone: Vec<Entry> = p.entries.drain(i..).collect();
-        if p.entries.is_empty() && p.conc_waiters.is_empty() {
-            // Nothing left waiting: the cell is as if they had never come (and may go
-            // idle, and be evicted, like any other).
-            self.pending = None;
-        }
+        self.forget_empty_pending();
         if let Some(first) = undone.first() {
             match (&first.before, &mut self.limiter) {
                 (Snapshot::Bucket(tat), Limiter::Bucket(cur)) => *cur = *tat,
@@ -800,7 +794,17 @@ impl CellState {
             }
             p.conc_waiters.pop_front();
         }
-        if p.entries.is_empty() && p.conc_waiters.is_empty() {
+        self.forget_empty_pending();
+    }
+
+    /// Drops the pending list once nothing is left in it: a cell that waiters have
+    /// all left is as if they had never come (it may go idle, and be evicted).
+    fn forget_empty_pending(&mut self) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.entries.is_empty() && p.conc_waiters.is_empty())
+        {
             self.pending = None;
         }
     }

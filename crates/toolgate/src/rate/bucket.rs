@@ -319,6 +319,12 @@ mod tests {
             let word = (u64::MAX - cost * form.per_token).saturating_sub(word_back);
             proptest::prop_assert_ne!(charge.apply(word), Some(u64::MAX));
             proptest::prop_assert_ne!(charge.apply(now * form.k), Some(u64::MAX));
+            // At the bound itself, for any form: a charge that would land on it is
+            // refused, one that lands just below it is kept.
+            if let Some(edge) = charge.below.checked_sub(charge.add).filter(|w| *w > charge.now) {
+                proptest::prop_assert_eq!(charge.apply(edge), None);
+                proptest::prop_assert_eq!(charge.apply(edge - 1), Some(charge.below - 1));
+            }
         }
 
         /// A charge of `cost` on a bucket of one token per nanosecond whose bound is
