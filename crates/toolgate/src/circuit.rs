@@ -13,6 +13,13 @@
 //! grown by `open_for_multiplier` up to `open_for_max` on each trip without a close in
 //! between), and then goes half-open: its probes decide, as after an open period. No
 //! call runs while it refuses, so its invalid rate could never fall on its own.
+//!
+//! A refusal always says when to come back: open or degraded-reject, the time left of
+//! the refusal period; half-open with every probe slot taken, the time until the
+//! youngest probe reaches `slow_call` (by then every probe has ended or counts as
+//! failed), at most [`HALF_OPEN_RETRY`] — probes usually answer well within
+//! `slow_call`, and asking again early costs one refused call, while waiting too long
+//! delays the recovery.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -37,6 +44,10 @@ pub enum CircuitState {
     Degraded,
 }
 
+/// The `retry_after` of a half-open refusal when no probe deadline is nearer (no
+/// `slow_call`, or a probe already past it): one second, and never more.
+pub(crate) const HALF_OPEN_RETRY: Duration = Duration::from_secs(1);
+
 /// A tool's breaker.
 #[derive(Debug)]
 pub(crate) struct Breaker {
@@ -60,6 +71,8 @@ struct Inner {
     trips: u32,
     probes_in_flight: u32,
     probe_successes: u32,
+    /// When the youngest probe was admitted.
+    last_probe_at: Nanos,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,8 +89,8 @@ pub(crate) enum Gate {
     Pass,
     /// Go ahead as a half-open probe (its outcome decides the state).
     Probe,
-    /// Rejected; retry after this long (if known).
-    Reject(Option<Duration>),
+    /// Rejected; retry after this long.
+    Reject(Duration),
 }
 
 // === impl CircuitState ===
@@ -134,6 +147,7 @@ impl Breaker {
                 trips: 0,
                 probes_in_flight: 0,
                 probe_successes: 0,
+                last_probe_at: 0,
             }),
             gauge,
             tool,
@@ -160,26 +174,49 @@ impl Breaker {
             CircuitState::Closed => Gate::Pass,
             CircuitState::Degraded if !self.rejects_degraded() => Gate::Pass,
             CircuitState::Open | CircuitState::Degraded if now < g.refuse_until => {
-                Gate::Reject(Some(Duration::from_nanos(g.refuse_until - now)))
+                Gate::Reject(Duration::from_nanos(g.refuse_until - now))
             }
             CircuitState::Open | CircuitState::Degraded => {
                 self.transition(&mut g, CircuitState::HalfOpen);
                 g.probes_in_flight = 0;
                 g.probe_successes = 0;
-                self.take_probe(&mut g)
+                self.take_probe(&mut g, now)
             }
-            CircuitState::HalfOpen => self.take_probe(&mut g),
+            CircuitState::HalfOpen => self.take_probe(&mut g, now),
         }
     }
 
     /// A half-open probe slot, or the refusal of a call that finds every slot taken.
-    fn take_probe(&self, g: &mut Inner) -> Gate {
+    fn take_probe(&self, g: &mut Inner, now: Nanos) -> Gate {
         if g.probes_in_flight + g.probe_successes < self.config.half_open_probes {
             g.probes_in_flight += 1;
+            g.last_probe_at = now;
             Gate::Probe
         } else {
-            Gate::Reject(None)
+            Gate::Reject(self.probes_decided_in(g, now))
         }
+    }
+
+    /// When a call refused while half-open should come back: the time until the
+    /// youngest probe reaches `slow_call`, at most [`HALF_OPEN_RETRY`].
+    fn probes_decided_in(&self, g: &Inner, now: Nanos) -> Duration {
+        self.config
+            .slow_call
+            .map(|slow| {
+                g.last_probe_at
+                    .saturating_add(nanos(slow))
+                    .saturating_sub(now)
+            })
+            .filter(|&left| left > 0)
+            .map_or(HALF_OPEN_RETRY, |left| {
+                Duration::from_nanos(left).min(HALF_OPEN_RETRY)
+            })
+    }
+
+    /// The `retry_after` of a call refused while half-open although a probe slot was
+    /// free (a reservation, which never runs as a probe).
+    pub(crate) fn half_open_retry(&self, now: Nanos) -> Duration {
+        self.probes_decided_in(&self.inner.lock(), now)
     }
 
     /// Whether a degraded tool refuses calls (`on_degraded = "reject"` and a

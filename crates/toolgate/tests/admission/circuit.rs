@@ -373,3 +373,41 @@ fn a_degraded_tool_that_allows_calls_is_unchanged() {
     run(&engine, Outcome::Invalid);
     assert_eq!(state(&engine), Some(CircuitState::Closed));
 }
+
+#[test]
+fn a_half_open_refusal_says_when_the_probes_are_decided() {
+    // Issue #13, item 17: half-open refusals carried no retry_after.
+    let (engine, clock) = engine(BREAKER);
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    clock.advance(Duration::from_secs(10));
+    let _p1 = engine.try_admit(&Call::new("pay")).unwrap();
+    clock.advance(ms(300));
+    let _p2 = engine.try_admit(&Call::new("pay")).unwrap();
+    // The youngest probe has 2 s to slow_call: at most HALF_OPEN_RETRY (1 s).
+    let retry = |engine: &toolgate::Engine| {
+        engine
+            .try_admit(&Call::new("pay"))
+            .unwrap_err()
+            .retry_after()
+    };
+    assert_eq!(retry(&engine), Some(ms(1_000)));
+    // 400 ms before the youngest probe reaches slow_call (and so is decided).
+    clock.advance(ms(1_600));
+    assert_eq!(retry(&engine), Some(ms(400)));
+    // Past it: the probe will count as failed when it ends; when is unknown.
+    clock.advance(ms(500));
+    assert_eq!(retry(&engine), Some(ms(1_000)));
+    // A reservation is never a probe: refused with a free slot, it is told the same.
+    let (engine, clock) = crate::support::engine(&BREAKER.replace("slow_call = \"2s\"", ""));
+    for _ in 0..4 {
+        run(&engine, Outcome::Error);
+    }
+    clock.advance(Duration::from_secs(10));
+    let r = engine.try_admit_all(&[Call::new("pay")]).unwrap_err();
+    assert_eq!(r.retry_after(), Some(ms(1_000)));
+    let _p1 = engine.try_admit(&Call::new("pay")).unwrap();
+    let _p2 = engine.try_admit(&Call::new("pay")).unwrap();
+    assert_eq!(retry(&engine), Some(ms(1_000)), "no slow_call");
+}
