@@ -73,9 +73,12 @@ pub struct RetryConfig {
     pub cap: Duration,
     /// The longest server `Retry-After` honoured (default 60 s).
     pub max_retry_after: Duration,
-    /// Retries allowed as a fraction of recent successful calls (default 0.1).
+    /// Retries allowed as a fraction (0–1) of the successful calls of the last ten
+    /// seconds (default 0.1).
     pub budget_ratio: f64,
-    /// Retries per second always allowed (default 1).
+    /// The floor under the ratio: a token bucket refilled at this many retries per
+    /// second, holding one second's worth, for retries the ratio does not allow
+    /// (default 1; 0 turns it off; at most 1,000,000).
     pub budget_min_per_second: u32,
     /// Bound on the whole call, every attempt included (default 30 s).
     pub deadline: Duration,
