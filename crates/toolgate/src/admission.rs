@@ -410,7 +410,7 @@ impl ToolRuntime {
                     self.name.clone(),
                     self.circuit_path.clone(),
                     Reason::CircuitOpen,
-                    retry,
+                    Some(retry),
                 ),
                 at: now,
                 can_wait: false,

@@ -7,8 +7,19 @@
 //! under heavy concurrency, because probe slots are taken under the breaker's lock.
 //!
 //! Degraded is the state of a service that answers, but whose answers fail the schema
-//! or semantic check (`invalid` outcomes) at or above `degraded_rate`: calls still run
-//! (or are refused with `on_degraded = "reject"`), and the state and metrics say so.
+//! or semantic check (`invalid` outcomes) at or above `degraded_rate`: calls still run,
+//! and the state and metrics say so. With `on_degraded = "reject"` a degraded tool is
+//! refused like an open one, for a refusal period as long as an open one (`open_for`,
+//! grown by `open_for_multiplier` up to `open_for_max` on each trip without a close in
+//! between), and then goes half-open: its probes decide, as after an open period. No
+//! call runs while it refuses, so its invalid rate could never fall on its own.
+//!
+//! A refusal always says when to come back: open or degraded-reject, the time left of
+//! the refusal period; half-open with every probe slot taken, the time until the
+//! youngest probe reaches `slow_call` (by then every probe has ended or counts as
+//! failed), at most [`HALF_OPEN_RETRY`] — probes usually answer well within
+//! `slow_call`, and asking again early costs one refused call, while waiting too long
+//! delays the recovery.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -33,6 +44,10 @@ pub enum CircuitState {
     Degraded,
 }
 
+/// The `retry_after` of a half-open refusal when no probe deadline is nearer (no
+/// `slow_call`, or a probe already past it): one second, and never more.
+pub(crate) const HALF_OPEN_RETRY: Duration = Duration::from_secs(1);
+
 /// A tool's breaker.
 #[derive(Debug)]
 pub(crate) struct Breaker {
@@ -48,11 +63,16 @@ pub(crate) struct Breaker {
 struct Inner {
     state: CircuitState,
     window: VecDeque<Sample>,
-    open_until: Nanos,
-    /// Trips since the circuit last closed, for `open_for` growth.
+    /// While open or degraded-reject: the end of the refusal period (the next call
+    /// after it goes half-open).
+    refuse_until: Nanos,
+    /// Trips (to open, or to degraded-reject) since the circuit last closed, for the
+    /// growth of the refusal period.
     trips: u32,
     probes_in_flight: u32,
     probe_successes: u32,
+    /// When the youngest probe was admitted.
+    last_probe_at: Nanos,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -69,8 +89,8 @@ pub(crate) enum Gate {
     Pass,
     /// Go ahead as a half-open probe (its outcome decides the state).
     Probe,
-    /// Rejected; retry after this long (if known).
-    Reject(Option<Duration>),
+    /// Rejected; retry after this long.
+    Reject(Duration),
 }
 
 // === impl CircuitState ===
@@ -123,10 +143,11 @@ impl Breaker {
             inner: Mutex::new(Inner {
                 state: CircuitState::Closed,
                 window: VecDeque::new(),
-                open_until: 0,
+                refuse_until: 0,
                 trips: 0,
                 probes_in_flight: 0,
                 probe_successes: 0,
+                last_probe_at: 0,
             }),
             gauge,
             tool,
@@ -137,8 +158,8 @@ impl Breaker {
         &self.config
     }
 
-    /// The state as of the last transition (an open circuit whose time is up reads
-    /// open until the next call makes it half-open).
+    /// The state as of the last transition (an open or degraded-reject circuit whose
+    /// refusal period is over reads so until the next call makes it half-open).
     pub(crate) fn state(&self) -> CircuitState {
         CircuitState::from_code(self.state.load(Ordering::Acquire))
     }
@@ -151,27 +172,57 @@ impl Breaker {
         let mut g = self.inner.lock();
         match g.state {
             CircuitState::Closed => Gate::Pass,
-            CircuitState::Degraded => match self.config.on_degraded {
-                OnDegraded::Allow => Gate::Pass,
-                OnDegraded::Reject => Gate::Reject(None),
-            },
-            CircuitState::Open if now < g.open_until => {
-                Gate::Reject(Some(Duration::from_nanos(g.open_until - now)))
+            CircuitState::Degraded if !self.rejects_degraded() => Gate::Pass,
+            CircuitState::Open | CircuitState::Degraded if now < g.refuse_until => {
+                Gate::Reject(Duration::from_nanos(g.refuse_until - now))
             }
-            CircuitState::Open | CircuitState::HalfOpen => {
-                if g.state == CircuitState::Open {
-                    self.transition(&mut g, CircuitState::HalfOpen);
-                    g.probes_in_flight = 0;
-                    g.probe_successes = 0;
-                }
-                if g.probes_in_flight + g.probe_successes < self.config.half_open_probes {
-                    g.probes_in_flight += 1;
-                    Gate::Probe
-                } else {
-                    Gate::Reject(None)
-                }
+            CircuitState::Open | CircuitState::Degraded => {
+                self.transition(&mut g, CircuitState::HalfOpen);
+                g.probes_in_flight = 0;
+                g.probe_successes = 0;
+                self.take_probe(&mut g, now)
             }
+            CircuitState::HalfOpen => self.take_probe(&mut g, now),
         }
+    }
+
+    /// A half-open probe slot, or the refusal of a call that finds every slot taken.
+    fn take_probe(&self, g: &mut Inner, now: Nanos) -> Gate {
+        if g.probes_in_flight + g.probe_successes < self.config.half_open_probes {
+            g.probes_in_flight += 1;
+            g.last_probe_at = now;
+            Gate::Probe
+        } else {
+            Gate::Reject(self.probes_decided_in(g, now))
+        }
+    }
+
+    /// When a call refused while half-open should come back: the time until the
+    /// youngest probe reaches `slow_call`, at most [`HALF_OPEN_RETRY`].
+    fn probes_decided_in(&self, g: &Inner, now: Nanos) -> Duration {
+        self.config
+            .slow_call
+            .map(|slow| {
+                g.last_probe_at
+                    .saturating_add(nanos(slow))
+                    .saturating_sub(now)
+            })
+            .filter(|&left| left > 0)
+            .map_or(HALF_OPEN_RETRY, |left| {
+                Duration::from_nanos(left).min(HALF_OPEN_RETRY)
+            })
+    }
+
+    /// The `retry_after` of a call refused while half-open although a probe slot was
+    /// free (a reservation, which never runs as a probe).
+    pub(crate) fn half_open_retry(&self, now: Nanos) -> Duration {
+        self.probes_decided_in(&self.inner.lock(), now)
+    }
+
+    /// Whether a degraded tool refuses calls (`on_degraded = "reject"` and a
+    /// `degraded_rate` that can make it degraded).
+    fn rejects_degraded(&self) -> bool {
+        self.config.on_degraded == OnDegraded::Reject && self.config.degraded_rate.is_some()
     }
 
     /// Gives back a probe slot whose call never ran (rejected by a quota, or dropped).
@@ -195,20 +246,15 @@ impl Breaker {
         let invalid = outcome == Outcome::Invalid;
         let mut g = self.inner.lock();
         if probe && g.state == CircuitState::HalfOpen {
-            g.probes_in_flight = g.probes_in_flight.saturating_sub(1);
-            if failed {
-                return self.trip(&mut g, now);
-            }
-            g.probe_successes += 1;
-            if g.probe_successes >= self.config.close_after {
-                g.trips = 0;
-                g.window.clear();
-                self.transition(&mut g, CircuitState::Closed);
-            }
-            return;
+            return self.record_probe(&mut g, failed, invalid, now);
         }
-        if !matches!(g.state, CircuitState::Closed | CircuitState::Degraded) {
-            // A call admitted before the circuit opened: its outcome is stale.
+        let counted = match g.state {
+            CircuitState::Closed => true,
+            CircuitState::Degraded => !self.rejects_degraded(),
+            CircuitState::Open | CircuitState::HalfOpen => false,
+        };
+        if !counted {
+            // A call admitted before the circuit started refusing: its outcome is stale.
             return;
         }
         g.window.push_back(Sample {
@@ -223,16 +269,37 @@ impl Breaker {
         }
         let failures = g.window.iter().filter(|s| s.failed).count() as f64;
         if failures / f64::from(n) >= self.config.failure_rate {
-            return self.trip(&mut g, now);
+            return self.trip(&mut g, now, CircuitState::Open);
         }
         if let Some(rate) = self.config.degraded_rate {
             let invalids = g.window.iter().filter(|s| s.invalid).count() as f64;
             let degraded = invalids / f64::from(n) >= rate;
             match (g.state, degraded) {
+                (CircuitState::Closed, true) if self.rejects_degraded() => {
+                    self.trip(&mut g, now, CircuitState::Degraded);
+                }
                 (CircuitState::Closed, true) => self.transition(&mut g, CircuitState::Degraded),
                 (CircuitState::Degraded, false) => self.transition(&mut g, CircuitState::Closed),
                 _ => {}
             }
+        }
+    }
+
+    /// A half-open probe's outcome: a failure reopens, an invalid answer (when a
+    /// degraded tool refuses calls) degrades again, `close_after` others close.
+    fn record_probe(&self, g: &mut Inner, failed: bool, invalid: bool, now: Nanos) {
+        g.probes_in_flight = g.probes_in_flight.saturating_sub(1);
+        if failed {
+            return self.trip(g, now, CircuitState::Open);
+        }
+        if invalid && self.rejects_degraded() {
+            return self.trip(g, now, CircuitState::Degraded);
+        }
+        g.probe_successes += 1;
+        if g.probe_successes >= self.config.close_after {
+            g.trips = 0;
+            g.window.clear();
+            self.transition(g, CircuitState::Closed);
         }
     }
 
@@ -256,16 +323,19 @@ impl Breaker {
         }
     }
 
-    fn trip(&self, g: &mut Inner, now: Nanos) {
+    /// Starts refusing calls (`to` is open, or degraded with `on_degraded = "reject"`)
+    /// for `open_for`, grown by `open_for_multiplier` per trip since the circuit last
+    /// closed, at most `open_for_max`.
+    fn trip(&self, g: &mut Inner, now: Nanos, to: CircuitState) {
         let base = self.config.open_for.as_secs_f64();
         let grown = base * self.config.open_for_multiplier.powi(g.trips.min(64) as i32);
         let open_for = Duration::from_secs_f64(grown.min(self.config.open_for_max.as_secs_f64()));
         g.trips = g.trips.saturating_add(1);
-        g.open_until = now.saturating_add(nanos(open_for));
+        g.refuse_until = now.saturating_add(nanos(open_for));
         g.window.clear();
         g.probes_in_flight = 0;
         g.probe_successes = 0;
-        self.transition(g, CircuitState::Open);
+        self.transition(g, to);
     }
 
     fn transition(&self, g: &mut Inner, to: CircuitState) {

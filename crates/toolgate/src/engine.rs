@@ -464,7 +464,7 @@ impl Engine {
                                 t.name.clone(),
                                 t.circuit_path.clone(),
                                 Reason::CircuitOpen,
-                                None,
+                                t.breaker.as_ref().map(|b| b.half_open_retry(now)),
                             );
                             t.stats.on_reject(&r, call.tenant);
                             return Err(r);

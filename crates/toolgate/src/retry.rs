@@ -5,7 +5,8 @@
 //! `Retry-After`, delta-seconds or HTTP-date); otherwise the client picks a delay
 //! ([`Backoff`]: exponential with full jitter, so synchronised clients spread out);
 //! and a fleet-wide brake stops retry storms ([`RetryBudget`]: retries limited to a
-//! fraction of recent calls plus a small floor, as in gRPC retry throttling).
+//! fraction of recent calls, as in gRPC retry throttling, else a small token-bucket
+//! floor of a few retries per second).
 //! [`classify()`] maps an attempt's result to what may follow it.
 //!
 //! Retries are only ever for idempotent tools or calls with an idempotency key, and

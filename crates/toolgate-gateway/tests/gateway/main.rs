@@ -8,6 +8,7 @@ mod support;
 mod admit;
 mod auth;
 mod bad_input;
+mod circuit;
 mod cli;
 mod dashboard;
 mod invoke;

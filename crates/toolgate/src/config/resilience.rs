@@ -21,15 +21,18 @@ pub struct CircuitConfig {
     pub min_calls: u32,
     /// A call slower than this counts as a failure.
     pub slow_call: Option<Duration>,
-    /// How long the circuit stays open (default 30 s).
+    /// How long an open circuit (or a degraded one with [`OnDegraded::Reject`])
+    /// refuses calls before probes decide (default 30 s).
     pub open_for: Duration,
-    /// The cap of `open_for` growth after repeated trips (default: no growth).
+    /// The cap of the refusal period's growth over repeated trips (default
+    /// `open_for`: no growth).
     pub open_for_max: Duration,
-    /// Growth factor of `open_for` per consecutive trip (default 2).
+    /// Growth of the refusal period per trip (to open, or to degraded with
+    /// [`OnDegraded::Reject`]) until the circuit closes again (default 2).
     pub open_for_multiplier: f64,
-    /// Calls admitted while half-open (default 1).
+    /// Probe calls admitted while half-open (default 1).
     pub half_open_probes: u32,
-    /// Successes needed to close from half-open (default 1).
+    /// Valid probe outcomes needed to close from half-open (default 1).
     pub close_after: u32,
     /// Rate of `invalid` outcomes at or above which the tool is degraded.
     pub degraded_rate: Option<f64>,
@@ -52,7 +55,9 @@ pub enum OnDegraded {
     /// Keep admitting calls; state and metrics say degraded.
     #[default]
     Allow,
-    /// Refuse calls as if open.
+    /// Refuse calls as if open, for a refusal period (`open_for`, grown per trip);
+    /// then half-open probes decide: an `invalid` one degrades the tool again,
+    /// a failed one opens it, `close_after` valid ones close it.
     Reject,
 }
 
@@ -68,9 +73,12 @@ pub struct RetryConfig {
     pub cap: Duration,
     /// The longest server `Retry-After` honoured (default 60 s).
     pub max_retry_after: Duration,
-    /// Retries allowed as a fraction of recent successful calls (default 0.1).
+    /// Retries allowed as a fraction (0–1) of the successful calls of the last ten
+    /// seconds (default 0.1).
     pub budget_ratio: f64,
-    /// Retries per second always allowed (default 1).
+    /// The floor under the ratio: a token bucket refilled at this many retries per
+    /// second, holding one second's worth, for retries the ratio does not allow
+    /// (default 1; 0 turns it off; at most 1,000,000).
     pub budget_min_per_second: u32,
     /// Bound on the whole call, every attempt included (default 30 s).
     pub deadline: Duration,

@@ -9,9 +9,17 @@ const SLOTS: usize = 10;
 const SLOT_NS: u64 = 1_000_000_000;
 
 /// Allows retries only while they stay under `ratio` of the calls made in the last
-/// ten seconds, plus `min_per_second` retries per second that are always allowed —
-/// so a failing dependency is not hit with a storm of retries, while a quiet one can
-/// still be retried. Time comes from the caller (the engine's clock).
+/// ten seconds, plus a floor of `min_per_second` retries per second that are always
+/// allowed — so a failing dependency is not hit with a storm of retries, while a quiet
+/// one can still be retried. Time comes from the caller (the engine's clock).
+///
+/// A retry takes from the ratio allowance first: the retries so taken stay at or below
+/// `ratio` × the calls deposited in the last ten seconds (counted in whole-second
+/// slots). Otherwise it takes a token from the floor, a token bucket refilled at
+/// `min_per_second` tokens per second that holds at most `min_per_second` tokens (one
+/// second's worth) and starts full; `min_per_second = 0` turns the floor off. So with
+/// no calls at all, `min_per_second = 1` allows one retry in any one-second interval,
+/// then one more per second.
 ///
 /// # Examples
 ///
@@ -25,51 +33,77 @@ const SLOT_NS: u64 = 1_000_000_000;
 /// assert!(budget.try_withdraw(0));
 /// assert!(budget.try_withdraw(0));
 /// assert!(!budget.try_withdraw(0)); // 10 % of 20 calls
+///
+/// let floor = RetryBudget::new(0.0, 1);
+/// assert!(floor.try_withdraw(0));
+/// assert!(!floor.try_withdraw(999_999_999)); // one retry per second
+/// assert!(floor.try_withdraw(1_000_000_000));
 /// ```
 #[derive(Debug)]
 pub struct RetryBudget {
     ratio: f64,
     min_per_second: u32,
-    inner: Mutex<Window>,
+    inner: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    window: Window,
+    floor: Floor,
 }
 
 #[derive(Debug, Default)]
 struct Window {
-    /// Per one-second slot: (slot number, calls, retries).
+    /// Per one-second slot: (slot number, calls, retries taken from the ratio).
     slots: [(u64, u64, u64); SLOTS],
+}
+
+/// The floor's token bucket, in billionths of a token so that a refill at
+/// `min_per_second` per second is exact per nanosecond.
+#[derive(Debug)]
+struct Floor {
+    /// Tokens × 10⁹ as of `at`.
+    nano_tokens: u64,
+    at: Nanos,
 }
 
 // === impl RetryBudget ===
 
 impl RetryBudget {
-    /// A budget of `ratio` retries per call plus `min_per_second` retries per second.
+    /// A budget of `ratio` (clamped to 0–1) retries per call, plus a floor bucket of
+    /// `min_per_second` retries per second.
     pub fn new(ratio: f64, min_per_second: u32) -> Self {
         Self {
             ratio: ratio.clamp(0.0, 1.0),
             min_per_second,
-            inner: Mutex::new(Window::default()),
+            inner: Mutex::new(State {
+                window: Window::default(),
+                floor: Floor {
+                    nano_tokens: Floor::capacity(min_per_second),
+                    at: 0,
+                },
+            }),
         }
     }
 
-    /// Records a call (a first attempt) at `now`.
+    /// Records a call at `now` (the pipeline records each successful call).
     pub fn deposit(&self, now: Nanos) {
-        self.inner.lock().slot(now).1 += 1;
+        self.inner.lock().window.slot(now).1 += 1;
     }
 
-    /// Takes one retry from the budget at `now`, if there is one.
+    /// Takes one retry from the budget at `now`, if there is one: from the ratio
+    /// allowance, else from the floor bucket.
     pub fn try_withdraw(&self, now: Nanos) -> bool {
-        let mut w = self.inner.lock();
-        let (calls, retries) = w.totals(now);
-        let floor = u64::from(self.min_per_second) * SLOTS as u64;
-        let allowed = floor as f64 + self.ratio * calls as f64;
-        if (retries as f64) + 1.0 > allowed {
-            return false;
+        let mut s = self.inner.lock();
+        let (calls, retries) = s.window.totals(now);
+        if (retries as f64) + 1.0 <= self.ratio * calls as f64 {
+            s.window.slot(now).2 += 1;
+            return true;
         }
-        w.slot(now).2 += 1;
-        true
+        s.floor.try_take(now, self.min_per_second)
     }
 
-    /// The window the budget looks back over.
+    /// The window the ratio looks back over.
     pub fn window() -> Duration {
         Duration::from_nanos(SLOT_NS * SLOTS as u64)
     }
@@ -96,33 +130,34 @@ impl Window {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+// === impl Floor ===
 
-    const S: u64 = 1_000_000_000;
+impl Floor {
+    /// One token, in the bucket's unit.
+    const TOKEN: u64 = 1_000_000_000;
 
-    #[test]
-    fn exhaustion_turns_retries_off_and_time_brings_them_back() {
-        let b = RetryBudget::new(0.2, 0);
-        for _ in 0..10 {
-            b.deposit(0);
-        }
-        assert!(b.try_withdraw(0));
-        assert!(b.try_withdraw(S));
-        assert!(!b.try_withdraw(2 * S), "2 retries for 10 calls at 20 %");
-        // Ten seconds later the old calls and retries have left the window.
-        for _ in 0..5 {
-            b.deposit(11 * S);
-        }
-        assert!(b.try_withdraw(11 * S));
-        assert!(!b.try_withdraw(11 * S));
+    /// `min_per_second` tokens: one second's worth.
+    fn capacity(min_per_second: u32) -> u64 {
+        u64::from(min_per_second) * Self::TOKEN
     }
 
-    #[test]
-    fn the_floor_allows_retries_without_traffic() {
-        let b = RetryBudget::new(0.0, 1);
-        let granted = (0..20).filter(|_| b.try_withdraw(0)).count();
-        assert_eq!(granted, SLOTS);
+    /// Refills the bucket up to `now`, then takes a whole token if there is one.
+    fn try_take(&mut self, now: Nanos, min_per_second: u32) -> bool {
+        let refill = now
+            .saturating_sub(self.at)
+            .saturating_mul(u64::from(min_per_second));
+        self.nano_tokens = self
+            .nano_tokens
+            .saturating_add(refill)
+            .min(Self::capacity(min_per_second));
+        self.at = self.at.max(now);
+        if self.nano_tokens < Self::TOKEN {
+            return false;
+        }
+        self.nano_tokens -= Self::TOKEN;
+        true
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -125,7 +125,7 @@ fn retry_after_in_delta_seconds_is_waited_exactly() {
 fn retry_after_as_an_http_date_and_garbage() {
     let (engine, clock) = engine(&policy(
         "idempotent = true",
-        "base = \"100ms\"\ncap = \"1s\"",
+        "base = \"100ms\"\ncap = \"1s\"\nbudget_min_per_second = 10",
     ));
     // A date in the past: retry at once.
     let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3_600));
@@ -315,7 +315,7 @@ fn an_exhausted_budget_turns_retries_off_and_successes_bring_them_back() {
 #[test]
 fn every_attempt_takes_a_rate_token_and_a_refused_retry_ends_the_call() {
     let (engine, clock) = engine(
-        "[tools.t]\nrate = \"1/s\"\nburst = 2\nidempotent = true\n[tools.t.retry]\nbase = \"10ms\"\ncap = \"10ms\"",
+        "[tools.t]\nrate = \"1/s\"\nburst = 2\nidempotent = true\n[tools.t.retry]\nbase = \"10ms\"\ncap = \"10ms\"\nbudget_min_per_second = 10",
     );
     let (f, seen) = script(&clock, &[Step::Status(502)]);
     let mut run = task::spawn(engine.run(&T, RunOptions::new().jitter(jitter_max), f));
