@@ -400,7 +400,6 @@ impl Inner {
                 source.is_io_error()
                     || source.is_connection_refusal()
                     || source.is_connection_dropped()
-                    || source.is_timeout()
             }
             _ => false,
         };
