@@ -100,6 +100,7 @@ impl Inner {
                         .arg(0)
                         .arg(0)
                         .arg(0)
+                        .arg(0)
                         .arg(0);
                 }
                 Op::Bucket {
@@ -110,12 +111,13 @@ impl Inner {
                     since,
                     charged,
                 } => {
-                    let [pq, pr, den] = *params;
+                    let [pq, pr, den, burst] = *params;
                     inv.key(key)
                         .arg("b")
                         .arg(pq)
                         .arg(pr)
                         .arg(den)
+                        .arg(burst)
                         .arg(delta.to_string())
                         .arg(*at)
                         .arg(*since)

@@ -181,6 +181,23 @@ impl Gcra {
         Tat::from_u128(tat.get().max(self.scale(at)) + self.units(cost))
     }
 
+    /// The state after charging `cost` tokens at `at` that a call used beyond its
+    /// estimate (a count reported on completion, which nothing else bounds): as
+    /// [`Gcra::charge`], but the bucket is never more than one burst in debt. Its
+    /// state stays at or below `at + 2·burst·T` (empty at `at`, and `burst` tokens
+    /// owed beyond that; `T` is the time of one token), or where it was if it was
+    /// already beyond that, so that after a report of any size the bucket is full
+    /// again within `2·burst/rate` of `at`. `at` is the time from which the debt
+    /// runs: now, or the last time promised to a waiter.
+    pub(crate) fn charge_debt(&self, tat: Tat, cost: u64, at: Nanos) -> Tat {
+        let at = self.scale(at);
+        let bound = at + 2 * self.tau();
+        // Beyond two bursts the bound binds anyway; capping first keeps the sum exact.
+        let cost = cost.min(self.burst.saturating_mul(2));
+        let charged = tat.get().max(at).saturating_add(self.units(cost));
+        Tat::from_u128(charged.min(bound.max(tat.get())))
+    }
+
     /// The state after returning `cost` tokens at `now`, never above a full bucket.
     ///
     /// With `since = (at, kept)`, the tokens were charged at `at` and never used,

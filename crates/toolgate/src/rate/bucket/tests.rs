@@ -65,6 +65,30 @@ proptest::proptest! {
         }
     }
 
+    /// A count reported beyond an estimate, of any size, leaves the bucket at
+    /// most one burst in debt beyond `at` (or where it was), never lowers it, and
+    /// is charged in full below that bound; no rate, burst or count overflows.
+    #[test]
+    fn a_reported_count_is_charged_up_to_one_burst_of_debt(
+        n in 1u64..=1 << 53,
+        period in 1u64..=u64::MAX,
+        burst in 1u64..=1 << 53,
+        used in 0u64..=1 << 53,
+        cost in proptest::prop_oneof![0u64..=1 << 20, proptest::prelude::any::<u64>()],
+        at in 0u64..=u64::MAX,
+    ) {
+        let g = Gcra::new(n, period, burst);
+        let tat = g.charge(g.full(at), used.min(burst.saturating_mul(2)), at);
+        let after = g.charge_debt(tat, cost, at);
+        let bound = g.scale(at) + 2 * g.tau();
+        proptest::prop_assert!(after.get() >= tat.get());
+        proptest::prop_assert!(after.get() <= bound.max(tat.get()));
+        let full = tat.get().max(g.scale(at)).checked_add(g.units(cost));
+        if let Some(full) = full.filter(|f| *f <= bound) {
+            proptest::prop_assert_eq!(after.get(), full);
+        }
+    }
+
     /// A charge of `cost` on a bucket of one token per nanosecond whose bound is
     /// the end of the word's range.
     #[test]
