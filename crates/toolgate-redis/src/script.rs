@@ -65,7 +65,7 @@ impl Inner {
         inv.arg(self.now_arg())
             .arg(max_wait_us)
             .arg(id)
-            .arg(u64::try_from(self.lease_ttl.as_micros()).unwrap_or(u64::MAX))
+            .arg(self.lease_ttl.micros())
             .arg(live.len());
         for s in &live {
             let [a, b, c, d] = s.quota.params.args();

@@ -19,13 +19,11 @@ use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::fallback::scaled_policy;
 use crate::grant::Grants;
+use crate::lease::{LeaseTtl, DEFAULT_LEASE_TTL};
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
 use crate::quota::{Compiled, RTool};
 use crate::script::Reply;
-
-/// The default lease TTL: a concurrency slot held longer is given back.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -56,7 +54,8 @@ pub(crate) struct Inner {
     pub(crate) policy: Policy,
     pub(crate) timeout: Duration,
     pub(crate) on_error: OnStoreError,
-    pub(crate) lease_ttl: Duration,
+    /// How long a concurrency lease lives in Redis unless released.
+    pub(crate) lease_ttl: LeaseTtl,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) fallback: Option<Engine>,
     pub(crate) down: AtomicBool,
@@ -85,10 +84,12 @@ pub(crate) struct Ids {
 // === impl Builder ===
 
 impl Builder {
-    /// How long a concurrency lease lives unless released (default 60 s): a crashed
-    /// process's in-flight calls are released after it.
+    /// How long a concurrency lease lives unless released (default 60 s, clamped to
+    /// [`crate::MIN_LEASE_TTL`]..=[`crate::MAX_LEASE_TTL`]): a crashed process's
+    /// in-flight calls are released after it, and a call that runs longer loses its
+    /// slot. [`RedisGate::set_lease_ttl`] changes it later.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl.max(Duration::from_millis(1));
+        self.lease_ttl = ttl;
         self
     }
 
@@ -143,7 +144,7 @@ impl Builder {
             policy: self.policy,
             timeout: store.timeout,
             on_error: store.on_store_error,
-            lease_ttl: self.lease_ttl,
+            lease_ttl: LeaseTtl::new(self.lease_ttl),
             clock: self.clock,
             fallback,
             down: AtomicBool::new(false),
@@ -201,6 +202,15 @@ impl RedisGate {
         Ok(Self {
             inner: Arc::new(self.inner.reconfigured(policy)?),
         })
+    }
+
+    /// Sets how long concurrency leases admitted from now on live in Redis unless
+    /// released (clamped as [`Builder::lease_ttl`]); leases already held keep theirs.
+    /// The gates [`RedisGate::reconfigured`] derives from this one share the setting.
+    /// Set it at least as long as a call may hold its slot: the gateway sets its
+    /// longest lease TTL plus a margin, at start and on every reload.
+    pub fn set_lease_ttl(&self, ttl: Duration) {
+        self.inner.lease_ttl.set(ttl);
     }
 
     /// Whether Redis is currently considered unreachable (calls take the
@@ -484,7 +494,7 @@ impl Inner {
             policy,
             timeout: self.timeout,
             on_error: self.on_error,
-            lease_ttl: self.lease_ttl,
+            lease_ttl: self.lease_ttl.clone(),
             clock: self.clock.clone(),
             fallback,
             down: AtomicBool::new(false),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use toolgate::{Call, Clock, ManualClock, Policy, Reason};
 use toolgate_redis::{RedisGate, Source, StoreError};
 
-use crate::backend::{Backend, Factory, RedisFactory};
+use crate::backend::{Backend, EngineOnRedisFactory, Factory, RedisFactory};
 use crate::support::{prefix, redis_available, store, RedisServer};
 
 /// A crashed process's in-flight calls are released when their leases expire.
@@ -236,4 +236,27 @@ fn the_release_script_bounds_any_token_charge_exactly() {
             );
         }
     }
+}
+
+/// Issue #13, item 10: the lease TTL of an engine's Redis store can be changed
+/// while it runs (the gateway sets its own on start and on every reload): leases
+/// admitted from then on live that long, also after the policy is reloaded.
+#[tokio::test]
+async fn a_store_lease_ttl_set_later_applies_to_new_leases_across_reloads() {
+    let Some(f) = EngineOnRedisFactory::local() else {
+        return;
+    };
+    let b = f.make("[tools.c]\nconcurrency = 1").await;
+    let store = b.engine.store().expect("a store engine");
+    store.set_lease_ttl(Duration::from_secs(300));
+    let policy = Policy::from_toml_str("[tools.c]\nconcurrency = 1\n[tools.d]\nrate = \"1/s\"");
+    b.engine.try_apply(policy.expect("valid")).expect("applied");
+    let p = b.try_admit(&Call::new("c")).await.expect("free");
+    std::mem::forget(p); // as if the process died: no release ever comes
+                         // Far beyond the 60 s default, the lease still holds its slot.
+    b.clock().advance(Duration::from_secs(299));
+    let no = b.try_admit(&Call::new("c")).await.expect_err("leased");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    b.clock().advance(Duration::from_secs(1));
+    assert!(b.try_admit(&Call::new("c")).await.is_ok(), "lease expired");
 }
