@@ -47,6 +47,7 @@ mod engine_store;
 mod error;
 mod fallback;
 mod grant;
+mod ids;
 mod keys;
 mod lease;
 mod permit;

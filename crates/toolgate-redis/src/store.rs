@@ -6,7 +6,7 @@
 //! them atomically on the server, on the server's clock. The answers are the core's
 //! values ([`Rejection`], [`Reason`]), computed by the same rules.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +17,9 @@ use toolgate::{Call, Clock, Engine, Policy, Reason, Rejection};
 use crate::call::CallInfo;
 use crate::conn::Conn;
 use crate::error::StoreError;
-use crate::fallback::scaled_policy;
+use crate::fallback::fallback_engine;
 use crate::grant::Grants;
+use crate::ids::Ids;
 use crate::lease::{LeaseTtl, DEFAULT_LEASE_TTL};
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
@@ -72,13 +73,6 @@ pub(crate) struct Inner {
     /// Inside an engine (`toolgate::Engine::with_store`), which counts decisions in
     /// its own metrics: the gate then does not count them again.
     pub(crate) embedded: bool,
-}
-
-/// Unique admission ids: a per-process random prefix and a counter.
-#[derive(Debug)]
-pub(crate) struct Ids {
-    prefix: String,
-    next: AtomicU64,
 }
 
 // === impl Builder ===
@@ -447,33 +441,6 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-// === impl Ids ===
-
-impl Ids {
-    fn new() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.write_u128(
-            std::time::SystemTime::UNIX_EPOCH
-                .elapsed()
-                .map_or(0, |d| d.as_nanos()),
-        );
-        Self {
-            prefix: format!("{:012x}", h.finish() & 0xffff_ffff_ffff),
-            next: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn next(&self) -> String {
-        format!(
-            "{}-{:x}",
-            self.prefix,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-}
-
 impl Inner {
     fn record(&self, tool: &str, result: &Result<RedisPermit, Rejection>) {
         if !self.embedded {
@@ -509,28 +476,6 @@ impl Inner {
             embedded: self.embedded,
         })
     }
-}
-
-/// The in-process engine of `on_store_error = "local"`, if that is the mode.
-///
-/// Its own metrics go to a no-op recorder: the gate counts every decision, the
-/// fallback's included, so the engine counting them as well would count them twice.
-fn fallback_engine(
-    store: &StoreConfig,
-    policy: &Policy,
-    clock: Option<&Arc<dyn toolgate::Clock>>,
-) -> Result<Option<Engine>, StoreError> {
-    if store.on_store_error != OnStoreError::Local {
-        return Ok(None);
-    }
-    let p = scaled_policy(policy.config(), store.local_share)?;
-    Ok(Some(metrics::with_local_recorder(
-        &metrics::NoopRecorder,
-        || match clock {
-            Some(c) => Engine::with_clock(p, c.clone()),
-            None => Engine::new(p),
-        },
-    )))
 }
 
 fn record(tool: &str, result: &Result<RedisPermit, Rejection>) {
