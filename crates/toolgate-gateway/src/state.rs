@@ -100,6 +100,7 @@ impl AppState {
         let upstreams = Upstream::compile_all(&loaded.policy).map_err(LoadErrors)?;
         crate::metrics::publish_circuits(&loaded.policy);
         let live = Live::new(&loaded, upstreams);
+        crate::store::keep_leases(&engine, &live.settings);
         let leases = Arc::new(Leases::default());
         crate::leases::spawn_reaper(Arc::downgrade(&leases));
         Ok(Self(Arc::new(Inner {
@@ -151,6 +152,7 @@ impl AppState {
             .engine
             .try_apply(loaded.policy)
             .map_err(|e| LoadErrors(vec![format!("store: {e}")]))?;
+        crate::store::keep_leases(&self.0.engine, &live.settings);
         self.0.live.store(Arc::new(live));
         Ok(tools)
     }

@@ -5,8 +5,18 @@
 //! obeys one quota; the rest of `[store]` (key prefix, timeout, `on_store_error`,
 //! `local_share`, `local_grant`) applies.
 
+use std::time::Duration;
+
 use toolgate::config::StoreConfig;
 use toolgate::{Engine, Policy};
+
+use crate::settings::Settings;
+
+/// How much longer than the gateway's longest lease a store keeps a lease that
+/// nothing releases: the gateway's reaper (every 20 ms) and its release round trip
+/// (bounded by `[store] timeout`) fit in it many times over, even on a loaded host,
+/// so a live gateway's lease never ends in the store before it ends in the gateway.
+pub const STORE_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// A parsed store choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +80,23 @@ impl Store {
             Self::Memory => "memory".into(),
             Self::Redis(cfg) => redact(&cfg.url),
         }
+    }
+}
+
+/// How long the store keeps a lease that nothing releases (its gateway died): the
+/// longest lease this gateway hands out, plus [`STORE_LEASE_MARGIN`]. A live gateway
+/// releases each lease itself when it is completed or expires; this is the backstop
+/// for a replica that is gone, whose slots come back after it.
+pub fn store_lease_ttl(settings: &Settings) -> Duration {
+    settings.lease_ttl.saturating_add(STORE_LEASE_MARGIN)
+}
+
+/// Puts the store lease TTL of `settings` in force in `engine`'s shared store (the
+/// Redis store; the memory store's leases live in this process): at start and on
+/// every reload, for leases admitted from then on.
+pub fn keep_leases(engine: &Engine, settings: &Settings) {
+    if let Some(store) = engine.store() {
+        store.set_lease_ttl(store_lease_ttl(settings));
     }
 }
 

@@ -78,10 +78,10 @@ impl Inner {
                     Params::Concurrency { .. } => leases.push(members()),
                     Params::Sliding { .. } if refundable => refunds.push(members()),
                     Params::Sliding { .. } => {}
-                    Params::Bucket { pq, pr, den, .. } if refundable => {
+                    Params::Bucket { pq, pr, den, burst } if refundable => {
                         refunds.push(Op::Bucket {
                             key: s.key.clone(),
-                            params: [pq, pr, den],
+                            params: [pq, pr, den, burst],
                             delta: -i128::from(s.cost),
                             at: -1,
                             since: at,
@@ -93,12 +93,12 @@ impl Inner {
                     }
                     Params::Bucket { .. } => {}
                 }
-                if let (Params::Bucket { pq, pr, den, .. }, CostOf::Tokens) =
+                if let (Params::Bucket { pq, pr, den, burst }, CostOf::Tokens) =
                     (s.quota.params, s.quota.cost_of)
                 {
                     tokens.push(TokenHold {
                         key: s.key.clone(),
-                        params: [pq, pr, den],
+                        params: [pq, pr, den, burst],
                         estimate: s.cost,
                     });
                 }

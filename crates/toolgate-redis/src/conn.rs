@@ -28,21 +28,32 @@ pub(crate) enum Conn {
 impl Conn {
     /// Connects to `url` (see the module doc), never waiting longer than `timeout` per
     /// attempt. A single server is connected lazily: the store starts even when
-    /// Redis is down, and the first calls take the `on_store_error` path.
+    /// Redis is down, and the first calls take the `on_store_error` path. A failure
+    /// is counted in `toolgate_store_errors_total{op="connect"}`.
     pub(crate) async fn connect(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let result = Self::open(url, timeout).await;
+        if let Err(e) = &result {
+            count_error("connect", e);
+        }
+        result
+    }
+
+    async fn open(url: &str, timeout: Duration) -> Result<Self, StoreError> {
         let (urls, cluster) = parse_url(url);
         let op = "connect";
-        let redis_err = |source| StoreError::Redis { op, source };
         if cluster {
+            let timeout = timeout.max(Duration::from_millis(500));
+            let redis_err = |source| StoreError::redis(op, source, timeout);
             let client = ClusterClientBuilder::new(urls)
-                .connection_timeout(timeout.max(Duration::from_millis(500)))
-                .response_timeout(timeout.max(Duration::from_millis(500)))
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
                 .retries(2)
                 .build()
                 .map_err(redis_err)?;
             let conn = client.get_async_connection().await.map_err(redis_err)?;
             return Ok(Self::Cluster(conn));
         }
+        let redis_err = |source| StoreError::redis(op, source, timeout);
         let client = redis::Client::open(urls[0].as_str()).map_err(redis_err)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
@@ -72,7 +83,7 @@ impl Conn {
         };
         let result = match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(StoreError::Redis { op, source }),
+            Ok(Err(source)) => Err(StoreError::redis(op, source, timeout)),
             Err(_) => Err(StoreError::Timeout { op, timeout }),
         };
         record(op, start, result.as_ref().err());
@@ -93,7 +104,7 @@ impl Conn {
         };
         let result = match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(source)) => Err(StoreError::Redis { op, source }),
+            Ok(Err(source)) => Err(StoreError::redis(op, source, timeout)),
             Err(_) => Err(StoreError::Timeout { op, timeout }),
         };
         record(op, start, result.as_ref().err());
@@ -140,9 +151,12 @@ fn record(op: &'static str, start: Instant, err: Option<&StoreError>) {
     metrics::histogram!("toolgate_store_latency_seconds", "op" => op)
         .record(start.elapsed().as_secs_f64());
     if let Some(e) = err {
-        metrics::counter!("toolgate_store_errors_total", "op" => op, "kind" => e.kind())
-            .increment(1);
+        count_error(op, e);
     }
+}
+
+fn count_error(op: &'static str, e: &StoreError) {
+    metrics::counter!("toolgate_store_errors_total", "op" => op, "kind" => e.kind()).increment(1);
 }
 
 #[cfg(test)]

@@ -201,6 +201,10 @@ impl QuotaStore for RedisStore {
         })
     }
 
+    fn set_lease_ttl(&self, ttl: Duration) {
+        self.gate().set_lease_ttl(ttl);
+    }
+
     fn apply(&self, policy: &Policy) -> Result<(), String> {
         let mut gate = match self.gate.write() {
             Ok(g) => g,

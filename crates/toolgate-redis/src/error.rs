@@ -22,7 +22,8 @@ pub enum StoreError {
         /// Which limit is exceeded.
         message: String,
     },
-    /// Redis answered with an error, or the connection failed.
+    /// Redis answered with an error, or the connection failed (a time-out, whichever
+    /// timer noticed it, is [`StoreError::Timeout`] instead).
     #[error("redis {op}: {source}")]
     Redis {
         /// The operation (`admit`, `release`, `connect`, `ping`).
@@ -31,7 +32,8 @@ pub enum StoreError {
         #[source]
         source: redis::RedisError,
     },
-    /// Redis did not answer within the store's timeout.
+    /// Redis did not answer within the store's timeout: the gate's own timer or the
+    /// client's connection or response timeout ran out.
     #[error("redis {op}: no answer within {}ms", .timeout.as_millis())]
     Timeout {
         /// The operation.
@@ -52,6 +54,18 @@ pub enum StoreError {
 // === impl StoreError ===
 
 impl StoreError {
+    /// The error of a failed Redis operation: a time-out of the client (its
+    /// connection or response timeout, which may run out just before the gate's own
+    /// timer) is a [`StoreError::Timeout`] like one of the gate, so that logs and the
+    /// `kind` label name it alike.
+    pub(crate) fn redis(op: &'static str, source: redis::RedisError, timeout: Duration) -> Self {
+        if timed_out(&source) {
+            Self::Timeout { op, timeout }
+        } else {
+            Self::Redis { op, source }
+        }
+    }
+
     /// A short, stable label for metrics: `config`, `precision`, `redis`, `timeout`, `reply`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -62,4 +76,14 @@ impl StoreError {
             Self::Reply { .. } => "reply",
         }
     }
+}
+
+/// Whether the client gave up waiting: its I/O timed out, or (the cluster client,
+/// whose failed first connection keeps its cause as text only) it says so.
+fn timed_out(e: &redis::RedisError) -> bool {
+    if e.is_timeout() {
+        return true;
+    }
+    let cause = std::io::Error::from(std::io::ErrorKind::TimedOut).to_string();
+    e.kind() == redis::ErrorKind::Io && e.detail() == Some(cause.as_str())
 }

@@ -6,10 +6,34 @@
 //! processes together stay within the quota; with more processes than that, they can
 //! over-admit by the ratio. Counts round down, but never below 1.
 
-use toolgate::config::{Config, QuotaConfig, Rate};
-use toolgate::Policy;
+use std::sync::Arc;
+
+use toolgate::config::{Config, OnStoreError, QuotaConfig, Rate, StoreConfig};
+use toolgate::{Engine, Policy};
 
 use crate::error::StoreError;
+
+/// The in-process engine of `on_store_error = "local"`, if that is the mode.
+///
+/// Its own metrics go to a no-op recorder: the gate counts every decision, the
+/// fallback's included, so the engine counting them as well would count them twice.
+pub(crate) fn fallback_engine(
+    store: &StoreConfig,
+    policy: &Policy,
+    clock: Option<&Arc<dyn toolgate::Clock>>,
+) -> Result<Option<Engine>, StoreError> {
+    if store.on_store_error != OnStoreError::Local {
+        return Ok(None);
+    }
+    let p = scaled_policy(policy.config(), store.local_share)?;
+    Ok(Some(metrics::with_local_recorder(
+        &metrics::NoopRecorder,
+        || match clock {
+            Some(c) => Engine::with_clock(p, c.clone()),
+            None => Engine::new(p),
+        },
+    )))
+}
 
 /// `config` with every quota scaled by `share` (and no store), as a policy.
 ///

@@ -194,9 +194,9 @@ impl Inner {
             let ops: Vec<Op> = steps
                 .iter()
                 .filter_map(|s| match s.quota.params {
-                    Params::Bucket { pq, pr, den, .. } => Some(Op::Bucket {
+                    Params::Bucket { pq, pr, den, burst } => Some(Op::Bucket {
                         key: s.key.clone(),
-                        params: [pq, pr, den],
+                        params: [pq, pr, den, burst],
                         delta: -i128::from(left),
                         at: -1,
                         since: -1,

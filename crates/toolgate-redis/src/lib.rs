@@ -47,7 +47,9 @@ mod engine_store;
 mod error;
 mod fallback;
 mod grant;
+mod ids;
 mod keys;
+mod lease;
 mod permit;
 mod plan;
 mod quota;
@@ -57,5 +59,6 @@ mod wait;
 
 pub use engine_store::{engine, RedisStore};
 pub use error::StoreError;
+pub use lease::{DEFAULT_LEASE_TTL, MAX_LEASE_TTL, MIN_LEASE_TTL};
 pub use permit::{RedisPermit, Source};
-pub use store::{Builder, RedisGate, DEFAULT_LEASE_TTL};
+pub use store::{Builder, RedisGate};

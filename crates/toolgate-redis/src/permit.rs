@@ -35,14 +35,16 @@ pub(crate) enum Op {
         from: u64,
         to: u64,
     },
-    /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket; `at >= 0` also
-    /// clears its last-reserved mark if it is `at`. `since >= 0`: the refund gives back
+    /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket of `params`
+    /// (`pq`, `pr`, `den`, `burst`); a charge, of tokens used beyond an estimate, never
+    /// leaves the bucket more than one burst in debt. `at >= 0` also clears its
+    /// last-reserved mark if it is `at`. `since >= 0`: the refund gives back
     /// part of a charge of `charged` tokens made at `since` (Redis µs) that was never
     /// used, less its share of the refill since then, so that the bucket never ends
     /// up fuller than without the charge.
     Bucket {
         key: String,
-        params: [u64; 3],
+        params: [u64; 4],
         delta: i128,
         at: i64,
         since: i64,
@@ -54,7 +56,7 @@ pub(crate) enum Op {
 #[derive(Debug, Clone)]
 pub(crate) struct TokenHold {
     pub(crate) key: String,
-    pub(crate) params: [u64; 3],
+    pub(crate) params: [u64; 4],
     pub(crate) estimate: u64,
 }
 
@@ -216,8 +218,18 @@ impl RedisPermit {
     }
 }
 
+/// The largest count sent to the scripts: Lua numbers are doubles, whose integers
+/// are exact up to 2^53 − 1.
+const MAX_SCRIPT_COUNT: i128 = (1 << 53) - 1;
+
 fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
-    let delta = i128::from(actual) - i128::from(t.estimate);
+    let [.., burst] = t.params;
+    // Beyond two bursts the debt bound binds anyway (`release.lua` caps it there too),
+    // so the count sent is capped there, and at what Lua holds exactly (which two
+    // bursts of a quota that Redis can run never reach): the same state as in memory.
+    let delta = (i128::from(actual) - i128::from(t.estimate))
+        .min(2 * i128::from(burst))
+        .min(MAX_SCRIPT_COUNT);
     (delta != 0).then(|| Op::Bucket {
         key: t.key.clone(),
         params: t.params,

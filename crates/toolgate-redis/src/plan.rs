@@ -69,9 +69,9 @@ pub(crate) fn reservation_ops(steps: &[Step], id: &Arc<str>, at: i64, shadow_ok:
         .into_iter()
         .filter(|s| !s.quota.shadow || shadow_ok)
         .map(|s| match s.quota.params {
-            Params::Bucket { pq, pr, den, .. } => Op::Bucket {
+            Params::Bucket { pq, pr, den, burst } => Op::Bucket {
                 key: s.key.clone(),
-                params: [pq, pr, den],
+                params: [pq, pr, den, burst],
                 delta: -i128::from(s.cost),
                 at,
                 since: at,

@@ -65,7 +65,7 @@ impl Inner {
         inv.arg(self.now_arg())
             .arg(max_wait_us)
             .arg(id)
-            .arg(u64::try_from(self.lease_ttl.as_micros()).unwrap_or(u64::MAX))
+            .arg(self.lease_ttl.micros())
             .arg(live.len());
         for s in &live {
             let [a, b, c, d] = s.quota.params.args();
@@ -100,6 +100,7 @@ impl Inner {
                         .arg(0)
                         .arg(0)
                         .arg(0)
+                        .arg(0)
                         .arg(0);
                 }
                 Op::Bucket {
@@ -110,12 +111,13 @@ impl Inner {
                     since,
                     charged,
                 } => {
-                    let [pq, pr, den] = *params;
+                    let [pq, pr, den, burst] = *params;
                     inv.key(key)
                         .arg("b")
                         .arg(pq)
                         .arg(pr)
                         .arg(den)
+                        .arg(burst)
                         .arg(delta.to_string())
                         .arg(*at)
                         .arg(*since)

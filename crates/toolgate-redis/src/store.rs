@@ -6,7 +6,7 @@
 //! them atomically on the server, on the server's clock. The answers are the core's
 //! values ([`Rejection`], [`Reason`]), computed by the same rules.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,15 +17,14 @@ use toolgate::{Call, Clock, Engine, Policy, Reason, Rejection};
 use crate::call::CallInfo;
 use crate::conn::Conn;
 use crate::error::StoreError;
-use crate::fallback::scaled_policy;
+use crate::fallback::fallback_engine;
 use crate::grant::Grants;
+use crate::ids::Ids;
+use crate::lease::{LeaseTtl, DEFAULT_LEASE_TTL};
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
 use crate::quota::{Compiled, RTool};
 use crate::script::Reply;
-
-/// The default lease TTL: a concurrency slot held longer is given back.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -56,7 +55,8 @@ pub(crate) struct Inner {
     pub(crate) policy: Policy,
     pub(crate) timeout: Duration,
     pub(crate) on_error: OnStoreError,
-    pub(crate) lease_ttl: Duration,
+    /// How long a concurrency lease lives in Redis unless released.
+    pub(crate) lease_ttl: LeaseTtl,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) fallback: Option<Engine>,
     pub(crate) down: AtomicBool,
@@ -75,20 +75,15 @@ pub(crate) struct Inner {
     pub(crate) embedded: bool,
 }
 
-/// Unique admission ids: a per-process random prefix and a counter.
-#[derive(Debug)]
-pub(crate) struct Ids {
-    prefix: String,
-    next: AtomicU64,
-}
-
 // === impl Builder ===
 
 impl Builder {
-    /// How long a concurrency lease lives unless released (default 60 s): a crashed
-    /// process's in-flight calls are released after it.
+    /// How long a concurrency lease lives unless released (default 60 s, clamped to
+    /// [`crate::MIN_LEASE_TTL`]..=[`crate::MAX_LEASE_TTL`]): a crashed process's
+    /// in-flight calls are released after it, and a call that runs longer loses its
+    /// slot. [`RedisGate::set_lease_ttl`] changes it later.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl.max(Duration::from_millis(1));
+        self.lease_ttl = ttl;
         self
     }
 
@@ -143,7 +138,7 @@ impl Builder {
             policy: self.policy,
             timeout: store.timeout,
             on_error: store.on_store_error,
-            lease_ttl: self.lease_ttl,
+            lease_ttl: LeaseTtl::new(self.lease_ttl),
             clock: self.clock,
             fallback,
             down: AtomicBool::new(false),
@@ -201,6 +196,15 @@ impl RedisGate {
         Ok(Self {
             inner: Arc::new(self.inner.reconfigured(policy)?),
         })
+    }
+
+    /// Sets how long concurrency leases admitted from now on live in Redis unless
+    /// released (clamped as [`Builder::lease_ttl`]); leases already held keep theirs.
+    /// The gates [`RedisGate::reconfigured`] derives from this one share the setting.
+    /// Set it at least as long as a call may hold its slot: the gateway sets its
+    /// longest lease TTL plus a margin, at start and on every reload.
+    pub fn set_lease_ttl(&self, ttl: Duration) {
+        self.inner.lease_ttl.set(ttl);
     }
 
     /// Whether Redis is currently considered unreachable (calls take the
@@ -400,7 +404,6 @@ impl Inner {
                 source.is_io_error()
                     || source.is_connection_refusal()
                     || source.is_connection_dropped()
-                    || source.is_timeout()
             }
             _ => false,
         };
@@ -438,33 +441,6 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-// === impl Ids ===
-
-impl Ids {
-    fn new() -> Self {
-        use std::hash::{BuildHasher, Hasher};
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.write_u128(
-            std::time::SystemTime::UNIX_EPOCH
-                .elapsed()
-                .map_or(0, |d| d.as_nanos()),
-        );
-        Self {
-            prefix: format!("{:012x}", h.finish() & 0xffff_ffff_ffff),
-            next: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn next(&self) -> String {
-        format!(
-            "{}-{:x}",
-            self.prefix,
-            self.next.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-}
-
 impl Inner {
     fn record(&self, tool: &str, result: &Result<RedisPermit, Rejection>) {
         if !self.embedded {
@@ -485,7 +461,7 @@ impl Inner {
             policy,
             timeout: self.timeout,
             on_error: self.on_error,
-            lease_ttl: self.lease_ttl,
+            lease_ttl: self.lease_ttl.clone(),
             clock: self.clock.clone(),
             fallback,
             down: AtomicBool::new(false),
@@ -500,28 +476,6 @@ impl Inner {
             embedded: self.embedded,
         })
     }
-}
-
-/// The in-process engine of `on_store_error = "local"`, if that is the mode.
-///
-/// Its own metrics go to a no-op recorder: the gate counts every decision, the
-/// fallback's included, so the engine counting them as well would count them twice.
-fn fallback_engine(
-    store: &StoreConfig,
-    policy: &Policy,
-    clock: Option<&Arc<dyn toolgate::Clock>>,
-) -> Result<Option<Engine>, StoreError> {
-    if store.on_store_error != OnStoreError::Local {
-        return Ok(None);
-    }
-    let p = scaled_policy(policy.config(), store.local_share)?;
-    Ok(Some(metrics::with_local_recorder(
-        &metrics::NoopRecorder,
-        || match clock {
-            Some(c) => Engine::with_clock(p, c.clone()),
-            None => Engine::new(p),
-        },
-    )))
 }
 
 fn record(tool: &str, result: &Result<RedisPermit, Rejection>) {

@@ -250,7 +250,7 @@ impl Scheduler {
                 } => {
                     if let Some(i) = idx(cell) {
                         let t = guards[i].last_reserved().max(now);
-                        guards[i].reserve(&quota.def, seq, *cost, t);
+                        guards[i].reserve_debt(&quota.def, seq, *cost, t);
                         *at = t;
                     }
                 }
@@ -306,7 +306,7 @@ impl Core {
             if actual > h.cost {
                 let seq = sched.next_seq();
                 let at = g.last_reserved();
-                g.reserve(def, seq, actual - h.cost, at);
+                g.reserve_debt(def, seq, actual - h.cost, at);
                 sched.debts += 1;
                 sched.pending.insert(
                     seq,
@@ -362,7 +362,7 @@ fn apply_difference(
     now: Nanos,
 ) {
     if actual > estimate {
-        g.charge(def, actual - estimate, now);
+        g.charge_debt(def, actual - estimate, now);
     } else {
         g.refund(def, estimate - actual, since, now);
     }

@@ -684,15 +684,45 @@ impl CellState {
         }
     }
 
+    /// Charges `cost` tokens at `at` that a call used beyond its estimate: as
+    /// [`CellState::charge`], but a bucket is never left more than one burst in debt
+    /// beyond `at` (see `Gcra::charge_debt`), whatever count was reported.
+    pub(crate) fn charge_debt(&mut self, def: &QuotaDef, cost: u64, at: Nanos) {
+        match (&def.kind, &mut self.limiter) {
+            (Kind::Bucket(g), Limiter::Bucket(tat)) => *tat = g.charge_debt(*tat, cost, at),
+            _ => self.charge(def, cost, at),
+        }
+    }
+
     /// Charges `cost` at `at` as the reservation `seq`, to be undone exactly if the
     /// waiter leaves before `at`.
     pub(crate) fn reserve(&mut self, def: &QuotaDef, seq: u64, cost: u64, at: Nanos) {
+        self.reserve_with(def, seq, cost, at, Self::charge);
+    }
+
+    /// As [`CellState::reserve`], for tokens used beyond an estimate and charged
+    /// behind the waiters' reservations at `at` (the last of them): never more than
+    /// one burst in debt beyond `at` ([`CellState::charge_debt`]).
+    pub(crate) fn reserve_debt(&mut self, def: &QuotaDef, seq: u64, cost: u64, at: Nanos) {
+        self.reserve_with(def, seq, cost, at, Self::charge_debt);
+    }
+
+    fn reserve_with(
+        &mut self,
+        def: &QuotaDef,
+        seq: u64,
+        cost: u64,
+        at: Nanos,
+        charge: fn(&mut Self, &QuotaDef, u64, Nanos),
+    ) {
         let before = match &self.limiter {
             Limiter::Bucket(tat) => Snapshot::Bucket(*tat),
             Limiter::Sliding(log) => Snapshot::Sliding(log.len()),
-            Limiter::Concurrency { .. } | Limiter::Retired(_) => return self.charge(def, cost, at),
+            Limiter::Concurrency { .. } | Limiter::Retired(_) => {
+                return charge(self, def, cost, at)
+            }
         };
-        self.charge(def, cost, at);
+        charge(self, def, cost, at);
         let p = self.pending.get_or_insert_with(Box::default);
         p.entries.push_back(Entry { seq, at, before });
     }

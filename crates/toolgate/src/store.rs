@@ -57,6 +57,17 @@ pub trait QuotaStore: Send + Sync + fmt::Debug + 'static {
         calls: &'a [Call<'a>],
     ) -> StoreFuture<'a, Result<Vec<Box<dyn StoreLease>>, Rejection>>;
 
+    /// Sets how long the store keeps the concurrency leases of an admitted call that
+    /// nothing releases (its process died), for calls admitted from now on. A live
+    /// process releases each lease itself when its call ends, so this is only a
+    /// backstop, but it must be at least as long as a process may hold a lease, or a
+    /// live call would lose its slot to another. Called again on every reload of the
+    /// longest lease. The default does nothing: for a store whose leases live and die
+    /// with its process.
+    fn set_lease_ttl(&self, ttl: Duration) {
+        let _ = ttl;
+    }
+
     /// Puts a new policy in force in the store.
     ///
     /// # Errors

@@ -248,3 +248,96 @@ where
     }
     out
 }
+
+/// How long the lease of tool `t`'s concurrency slot has left in Redis (its score is
+/// its expiry, in Redis µs), the longest if several are held.
+fn store_lease_left(redis: &Redis) -> Duration {
+    let mut conn = redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("a connection to the test's redis-server");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*tools.t.concurrency")
+        .query(&mut conn)
+        .expect("KEYS");
+    let [key] = keys.as_slice() else {
+        panic!("one lease key: {keys:?}");
+    };
+    let leases: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut conn)
+        .expect("ZRANGE");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut conn).expect("TIME");
+    let expiry = leases.iter().map(|(_, at)| *at).fold(0.0, f64::max);
+    Duration::from_micros((expiry as u64).saturating_sub(secs * 1_000_000 + micros))
+}
+
+/// Issue #13, item 10: a lease in Redis lives as long as the gateway's lease plus
+/// the margin (not the store's own 60 s default), follows a reload of `lease_ttl`,
+/// and a live gateway still gives each slot back when its own lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_leases_on_redis_follow_the_gateways_lease_ttl() {
+    use toolgate_gateway::state::{AppState, Source};
+    use toolgate_gateway::store::{Store, STORE_LEASE_MARGIN};
+
+    if !redis_available() {
+        return;
+    }
+    let redis = Redis::start();
+    let dir = std::env::temp_dir().join(format!("toolgate-gw-lease-ttl-{}", redis.port));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("toolgate.toml");
+    let write = |ttl: &str| {
+        let toml = format!(
+            "[gateway]\nlease_ttl = \"{ttl}\"\n[store]\ntimeout = \"2s\"\n\
+             [tools.t]\nconcurrency = 1\n"
+        );
+        std::fs::write(&config, toml).expect("write config");
+    };
+    write("1s");
+    let source = Source::File(config.clone());
+    let loaded = source.load().expect("valid config");
+    toolgate_gateway::metrics::install();
+    let store = Store::parse(&redis.url(), loaded.policy.store.as_ref()).expect("redis");
+    let engine = store.engine(loaded.policy.clone()).await.expect("engine");
+    let s = crate::support::start_on(AppState::new(source, loaded, engine).expect("state")).await;
+    let near = |left: Duration, ttl: Duration| {
+        let full = ttl + STORE_LEASE_MARGIN;
+        assert!(
+            left <= full && left + Duration::from_secs(1) > full,
+            "{left:?} of {full:?}"
+        );
+    };
+
+    let started = Instant::now();
+    assert_eq!(s.admit("t").await.status, 200);
+    near(store_lease_left(&redis), Duration::from_secs(1));
+    let no = s.admit("t").await;
+    assert_eq!(
+        (no.status, &no.body["reason"]),
+        (429, &json!("concurrency_limited"))
+    );
+    // The gateway's reaper gives the slot back when its own lease expires, long
+    // before the store's lease would.
+    crate::support::eventually(
+        "the expired lease's slot",
+        Duration::from_secs(3),
+        || async { s.admit("t").await.status == 200 },
+    )
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(1) + STORE_LEASE_MARGIN);
+
+    // A longer lease_ttl, reloaded: leases admitted from then on live longer in Redis.
+    write("4s");
+    assert_eq!(s.post("/v1/admin/reload", json!({})).await.status, 200);
+    crate::support::eventually(
+        "a slot after the reload",
+        Duration::from_secs(3),
+        || async { s.admit("t").await.status == 200 },
+    )
+    .await;
+    near(store_lease_left(&redis), Duration::from_secs(4));
+    let _ = std::fs::remove_dir_all(&dir);
+}

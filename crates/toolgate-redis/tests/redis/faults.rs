@@ -232,3 +232,94 @@ fn the_local_fallback_counts_each_decision_once() {
         .sum();
     assert_eq!(counted, admitted);
 }
+
+/// Runs `f` on a current-thread runtime with a recorder of its own, and returns its
+/// result with the `toolgate_store_errors_total` counts by `(op, kind)`.
+fn counting_store_errors<T>(
+    f: impl std::future::Future<Output = T>,
+) -> (T, std::collections::BTreeMap<(String, String), u64>) {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let out = metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    });
+    let mut errors = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        let label = |name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map_or(String::new(), |l| l.value().to_string())
+        };
+        if let (true, metrics_util::debugging::DebugValue::Counter(n)) =
+            (key.name() == "toolgate_store_errors_total", value)
+        {
+            *errors.entry((label("op"), label("kind"))).or_insert(0) += n;
+        }
+    }
+    (out, errors)
+}
+
+/// Issue #13, item 11: a Redis that stops answering is counted as
+/// `toolgate_store_errors_total{kind="timeout"}` on every path that waits for it
+/// (admission, release — which also carries token reconciliations — and the probe's
+/// ping), never as `kind="redis"`, whichever timer noticed first (the gate's, or the
+/// client's own response timeout of the same length).
+#[test]
+fn a_hung_redis_is_counted_as_timeouts_on_every_path() {
+    if !redis_available() {
+        return;
+    }
+    let ((), errors) = counting_store_errors(async {
+        let server = RedisServer::start();
+        let gate = gate(&server, "fail_closed").await;
+        let held = timed(&gate).await.expect("healthy");
+        server.pause(true);
+        assert!(timed(&gate).await.is_err(), "fail_closed while hung");
+        assert!(held.complete(Completion::success()).await.is_err());
+        // The probe pings every 100 ms while the store is down.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        server.pause(false);
+    });
+    let of = |op: &str, kind: &str| {
+        errors
+            .get(&(op.to_string(), kind.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
+    for op in ["admit", "release", "ping"] {
+        assert!(of(op, "timeout") >= 1, "{op}: {errors:?}");
+    }
+    assert!(
+        errors.keys().all(|(_, kind)| kind == "timeout"),
+        "{errors:?}"
+    );
+}
+
+/// Issue #13, item 11: connecting to a cluster node that does not answer fails as a
+/// time-out (the cluster client keeps the cause as text only), and is counted as one.
+#[test]
+fn connecting_to_a_hung_cluster_is_a_counted_timeout() {
+    if !redis_available() {
+        return;
+    }
+    let (err, errors) = counting_store_errors(async {
+        let server = RedisServer::start();
+        server.pause(true);
+        let url = format!("{}?cluster=true", server.url());
+        let store = store(&url, &prefix("hung-connect"), "timeout = \"50ms\"");
+        let policy = Policy::from_toml_str(POLICY).expect("valid");
+        let r = RedisGate::connect(policy, &store).await;
+        server.pause(false);
+        r.expect_err("no answer")
+    });
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert_eq!(
+        errors.into_iter().collect::<Vec<_>>(),
+        [(("connect".to_string(), "timeout".to_string()), 1)]
+    );
+}

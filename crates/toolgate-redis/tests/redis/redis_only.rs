@@ -6,7 +6,7 @@ use std::time::Duration;
 use toolgate::{Call, Clock, ManualClock, Policy, Reason};
 use toolgate_redis::{RedisGate, Source, StoreError};
 
-use crate::backend::{Backend, Factory, RedisFactory};
+use crate::backend::{Backend, EngineOnRedisFactory, Factory, RedisFactory};
 use crate::support::{prefix, redis_available, store, RedisServer};
 
 /// A crashed process's in-flight calls are released when their leases expire.
@@ -169,4 +169,94 @@ async fn a_waiter_for_a_concurrency_slot_polls_until_its_max_wait() {
         "{:?}",
         second.waited()
     );
+}
+
+/// Issue #13, item 2: `release.lua` takes any token difference without a Lua error
+/// (the client sends at most two bursts, but the script does not rely on it) and
+/// leaves the bucket at most one burst in debt, exactly, also for rates that are
+/// not whole µs per token; a state already beyond the bound is left where it is.
+#[test]
+fn the_release_script_bounds_any_token_charge_exactly() {
+    if !redis_available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let mut conn = server.conn().expect("connect");
+    let script = redis::Script::new(include_str!("../../src/scripts/release.lua"));
+    let now: u64 = 1_000_000_000;
+    let max = u128::MAX.to_string();
+    let charge =
+        |conn: &mut redis::Connection, key: &str, [pq, pr, den, burst]: [u64; 4], delta| {
+            script
+                .key(key)
+                .arg(now)
+                .arg(1)
+                .arg("b")
+                .arg(&[pq, pr, den, burst])
+                .arg(delta)
+                .arg(&[-1, -1, 0])
+                .invoke::<i64>(conn)
+        };
+    let tat = |conn: &mut redis::Connection, key: &str| -> (u64, u64) {
+        redis::cmd("HMGET")
+            .arg(key)
+            .arg(&["t", "k"])
+            .query(conn)
+            .expect("state")
+    };
+    // 100/s (10 ms a token); 3/s (333 333⅓ µs a token) with bursts of 3 and 2: a
+    // full bucket at `now`, then empty, then one burst owed (in whole µs and thirds).
+    let cases = [
+        ([10_000, 0, 1, 100], (2_000_000, 0)),
+        ([333_333, 1, 3, 3], (2_000_000, 0)),
+        ([333_333, 1, 3, 2], (1_333_333, 1)),
+    ];
+    for (i, (bucket, (owed, third))) in cases.into_iter().enumerate() {
+        let huge = ["18446744073709551615", "9007199254740991", "1e308", &max];
+        for (j, delta) in huge.into_iter().enumerate() {
+            let key = format!("{}{i}:{j}", prefix("release-debt"));
+            let applied = charge(&mut conn, &key, bucket, delta);
+            assert_eq!(applied.ok(), Some(1), "{delta}");
+            assert_eq!(
+                tat(&mut conn, &key),
+                (now + owed, third),
+                "{delta} {bucket:?}"
+            );
+            // Beyond the bound already (an older state): a charge leaves it there.
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg(&["t", &(now + 5_000_000).to_string(), "k", "0"])
+                .query(&mut conn)
+                .expect("hset");
+            assert_eq!(charge(&mut conn, &key, bucket, delta).ok(), Some(1));
+            assert_eq!(
+                tat(&mut conn, &key),
+                (now + 5_000_000, 0),
+                "{delta} {bucket:?}"
+            );
+        }
+    }
+}
+
+/// Issue #13, item 10: the lease TTL of an engine's Redis store can be changed
+/// while it runs (the gateway sets its own on start and on every reload): leases
+/// admitted from then on live that long, also after the policy is reloaded.
+#[tokio::test]
+async fn a_store_lease_ttl_set_later_applies_to_new_leases_across_reloads() {
+    let Some(f) = EngineOnRedisFactory::local() else {
+        return;
+    };
+    let b = f.make("[tools.c]\nconcurrency = 1").await;
+    let store = b.engine.store().expect("a store engine");
+    store.set_lease_ttl(Duration::from_secs(300));
+    let policy = Policy::from_toml_str("[tools.c]\nconcurrency = 1\n[tools.d]\nrate = \"1/s\"");
+    b.engine.try_apply(policy.expect("valid")).expect("applied");
+    let p = b.try_admit(&Call::new("c")).await.expect("free");
+    std::mem::forget(p); // as if the process died: no release ever comes
+                         // Far beyond the 60 s default, the lease still holds its slot.
+    b.clock().advance(Duration::from_secs(299));
+    let no = b.try_admit(&Call::new("c")).await.expect_err("leased");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    b.clock().advance(Duration::from_secs(1));
+    assert!(b.try_admit(&Call::new("c")).await.is_ok(), "lease expired");
 }

@@ -7,6 +7,9 @@ use toolgate::{Call, Completion, Reason, Rejection};
 
 use crate::backend::{Backend, Factory};
 
+mod debt;
+pub use debt::*;
+
 const MS: Duration = Duration::from_millis(1);
 
 fn why(r: &Rejection) -> (Reason, &str, Option<Duration>) {
@@ -456,6 +459,8 @@ macro_rules! semantic_suite {
             a_cancelled_waiter_gives_its_time_back,
             an_unused_reservation_gives_its_charges_back,
             a_late_give_back_never_refunds_wasted_refill,
+            a_reported_token_count_owes_at_most_one_burst,
+            a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -485,4 +490,6 @@ pub async fn all<F: Factory>(f: &F) {
     a_cancelled_waiter_gives_its_time_back(f).await;
     an_unused_reservation_gives_its_charges_back(f).await;
     a_late_give_back_never_refunds_wasted_refill(f).await;
+    a_reported_token_count_owes_at_most_one_burst(f).await;
+    a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it(f).await;
 }

@@ -5,6 +5,7 @@
 mod adaptive;
 mod circuit;
 mod config;
+mod debt;
 mod demo;
 mod quotas;
 mod reload;
