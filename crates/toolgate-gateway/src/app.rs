@@ -1,5 +1,5 @@
 //! The router: every endpoint, the body limit, the request timeout and JSON errors
-//! for unknown routes.
+//! for unknown routes and for axum's own rejections ([`crate::rescue`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,6 +18,7 @@ use crate::api::{admin, admit, invoke, leases, reserve, tools};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::rescue::JsonErrorsLayer;
 use crate::state::AppState;
 
 /// The dashboard page, served at `GET /`.
@@ -40,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/reload", post(admin::reload))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(JsonErrorsLayer)
         .layer(DefaultBodyLimit::max(limit))
         .layer(timeout)
         .with_state(state)

@@ -19,6 +19,7 @@ pub mod extract;
 pub mod leases;
 pub mod metrics;
 pub mod ratelimit;
+pub mod rescue;
 pub mod serve;
 pub mod settings;
 pub mod state;
