@@ -16,6 +16,7 @@ use serde_json::json;
 
 use crate::api::{admin, admit, invoke, leases, reserve, tools};
 use crate::auth::Caller;
+use crate::connections::Connections;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::rescue::JsonErrorsLayer;
@@ -54,8 +55,14 @@ async fn dashboard() -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
+    health(state.connections())
+}
+
+/// The answer of `GET /healthz`: `{"status": "ok", "connections": {"open",
+/// "overflow", "limit"}}` (served on connections beyond the limit too).
+pub fn health(connections: &Connections) -> Json<serde_json::Value> {
+    Json(json!({"status": "ok", "connections": connections.to_json()}))
 }
 
 async fn metrics(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {

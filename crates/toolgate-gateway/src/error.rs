@@ -40,6 +40,9 @@ pub enum ApiError {
     InvalidPath(String),
     /// A query string the route cannot take (a repeated parameter, say).
     InvalidQuery(String),
+    /// The connection is one beyond `max_connections` (the field); only `GET /healthz`
+    /// is served on it.
+    ConnectionLimit(usize),
     /// An error of HTTP itself (a malformed or oversized request head, say), answered
     /// with this status; the code is named after the status.
     Http(StatusCode, String),
@@ -85,6 +88,15 @@ impl ApiError {
             Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
             InvalidPath(m) => (StatusCode::BAD_REQUEST, "invalid_path", m.clone()),
             InvalidQuery(m) => (StatusCode::BAD_REQUEST, "invalid_query", m.clone()),
+            ConnectionLimit(n) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connection_limit",
+                format!(
+                    "the gateway serves at most {n} connections at once and this one is \
+                     beyond them (only GET /healthz is answered on it); retry on a new \
+                     connection"
+                ),
+            ),
             Http(status, m) => (*status, code_of(*status), m.clone()),
         }
     }
@@ -138,6 +150,11 @@ impl IntoResponse for ApiError {
         if let ApiError::MethodNotAllowed(_, allow) = &self {
             res.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        if let ApiError::ConnectionLimit(_) = &self {
+            let h = res.headers_mut();
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res
     }

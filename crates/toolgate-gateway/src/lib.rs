@@ -13,6 +13,8 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod conn;
+pub mod connections;
 pub mod demo;
 pub mod error;
 pub mod extract;

@@ -3,6 +3,9 @@
 //! percent-decoded (`/v1/tools/%ff%fe`) or a repeated query parameter
 //! (`?tenant=a&tenant=b`) — becomes `{"error": {"code", "message"}}` here, in one place
 //! rather than in each handler that takes a `Path` or a `Query`.
+//!
+//! Errors hyper answers itself, before any route runs (a malformed or oversized
+//! request head), never reach the router; `crate::conn` rewrites those.
 
 use std::convert::Infallible;
 use std::future::Future;
