@@ -1,5 +1,5 @@
 //! The router: every endpoint, the body limit, the request timeout and JSON errors
-//! for unknown routes.
+//! for unknown routes and for axum's own rejections ([`crate::rescue`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,8 +16,10 @@ use serde_json::json;
 
 use crate::api::{admin, admit, invoke, leases, reserve, tools};
 use crate::auth::Caller;
+use crate::connections::Connections;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::rescue::JsonErrorsLayer;
 use crate::state::AppState;
 
 /// The dashboard page, served at `GET /`.
@@ -40,6 +42,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/reload", post(admin::reload))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(JsonErrorsLayer)
         .layer(DefaultBodyLimit::max(limit))
         .layer(timeout)
         .with_state(state)
@@ -52,8 +55,14 @@ async fn dashboard() -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
+    health(state.connections())
+}
+
+/// The answer of `GET /healthz`: `{"status": "ok", "connections": {"open",
+/// "overflow", "limit"}}` (served on connections beyond the limit too).
+pub fn health(connections: &Connections) -> Json<serde_json::Value> {
+    Json(json!({"status": "ok", "connections": connections.to_json()}))
 }
 
 async fn metrics(State(state): State<AppState>, req: Request) -> Result<Response, ApiError> {

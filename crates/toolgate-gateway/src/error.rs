@@ -36,6 +36,16 @@ pub enum ApiError {
     Timeout(u128),
     /// Something the gateway cannot do in this build or state.
     Unavailable(String),
+    /// A path segment the route cannot take (not UTF-8 once percent-decoded, say).
+    InvalidPath(String),
+    /// A query string the route cannot take (a repeated parameter, say).
+    InvalidQuery(String),
+    /// The connection is one beyond `max_connections` (the field); only `GET /healthz`
+    /// is served on it.
+    ConnectionLimit(usize),
+    /// An error of HTTP itself (a malformed or oversized request head, say), answered
+    /// with this status; the code is named after the status.
+    Http(StatusCode, String),
 }
 
 // === impl ApiError ===
@@ -76,18 +86,63 @@ impl ApiError {
                 format!("the request did not finish within the gateway's {ms}ms request timeout"),
             ),
             Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
+            InvalidPath(m) => (StatusCode::BAD_REQUEST, "invalid_path", m.clone()),
+            InvalidQuery(m) => (StatusCode::BAD_REQUEST, "invalid_query", m.clone()),
+            ConnectionLimit(n) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "connection_limit",
+                format!(
+                    "the gateway serves at most {n} connections at once and this one is \
+                     beyond them (only GET /healthz is answered on it); retry on a new \
+                     connection"
+                ),
+            ),
+            Http(status, m) => (*status, code_of(*status), m.clone()),
         }
+    }
+
+    /// The status answered.
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The JSON body answered: `{"error": {"code", "message"}}`, plus `errors` for
+    /// [`ApiError::InvalidConfig`].
+    pub fn body(&self) -> serde_json::Value {
+        let (_, code, message) = self.parts();
+        self.body_of(code, message)
+    }
+
+    fn body_of(&self, code: &str, message: String) -> serde_json::Value {
+        let mut body = json!({"error": {"code": code, "message": message}});
+        if let ApiError::InvalidConfig(errs) = self {
+            body["error"]["errors"] = json!(errs);
+        }
+        body
+    }
+}
+
+/// The code of an [`ApiError::Http`] error with `status`.
+fn code_of(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        404 => "not_found",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        413 => "body_too_large",
+        414 => "uri_too_long",
+        415 => "unsupported_media_type",
+        422 => "invalid_request",
+        431 => "headers_too_large",
+        503 => "unavailable",
+        500..=599 => "internal",
+        _ => "bad_request",
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, message) = self.parts();
-        let mut body = json!({"error": {"code": code, "message": message}});
-        if let ApiError::InvalidConfig(errs) = &self {
-            body["error"]["errors"] = json!(errs);
-        }
-        let mut res = (status, Json(body)).into_response();
+        let mut res = (status, Json(self.body_of(code, message))).into_response();
         if status == StatusCode::UNAUTHORIZED {
             res.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -95,6 +150,11 @@ impl IntoResponse for ApiError {
         if let ApiError::MethodNotAllowed(_, allow) = &self {
             res.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        if let ApiError::ConnectionLimit(_) = &self {
+            let h = res.headers_mut();
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res
     }

@@ -72,6 +72,7 @@ async fn serve(opts: Options) -> ExitCode {
         Err(msg) => return cannot_start(&msg),
     };
     let auth = !loaded.settings.tokens.is_empty();
+    let limits = crate::conn::fit_to_fd_limit(crate::conn::Limits::new(&loaded.settings));
     // The engine registers its metric handles: the recorder comes first.
     crate::metrics::install();
     let engine = match store.engine(loaded.policy.clone()).await {
@@ -90,16 +91,14 @@ async fn serve(opts: Options) -> ExitCode {
     let addr = listener.local_addr().unwrap_or(listen);
     announce(addr, &name, auth);
     spawn_reload_on_hangup(state.clone());
-    let app = crate::app::router(state.clone());
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    let served = crate::conn::serve(listener, state.clone(), limits, shutdown_signal()).await;
     let released = state.leases().drain();
-    tracing::info!(released, "stopped; open leases released");
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => cannot_start(&format!("server error: {e}")),
-    }
+    tracing::info!(
+        released,
+        cut_off = served.cut_off,
+        "stopped; open leases released"
+    );
+    ExitCode::SUCCESS
 }
 
 fn invalid(name: &str, errors: &[String]) -> ExitCode {
@@ -182,7 +181,7 @@ async fn shutdown_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
-    tracing::info!("shutting down: no new connections, draining requests");
+    tracing::info!("shutdown signal received");
 }
 
 #[cfg(not(unix))]

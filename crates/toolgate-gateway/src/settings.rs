@@ -13,6 +13,10 @@
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
 //! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
+//! header_read_timeout = "10s"    # a request head must arrive within this (at most 5m)
+//! idle_timeout = "30s"           # a kept-alive connection with no request is closed (at most 1h)
+//! max_connections = 10000        # connections served at once (1 to 1000000)
+//! shutdown_grace = "20s"         # SIGTERM: connections still open then are cut (at most 5m)
 //!
 //! [[gateway.tokens]]
 //! tenant = "acme"
@@ -30,6 +34,15 @@ use toolgate::Policy;
 
 /// The default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// The ceiling of `header_read_timeout`.
+pub const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The ceiling of `idle_timeout`.
+pub const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// The ceiling of `max_connections`.
+pub const MAX_MAX_CONNECTIONS: usize = 1_000_000;
+/// The ceiling of `shutdown_grace`.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(5 * 60);
 
 /// Settings of the gateway itself, from `[gateway]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +63,18 @@ pub struct Settings {
     /// Whether admitted answers carry `RateLimit` (what is left), which costs a live
     /// state snapshot per admission; `RateLimit-Policy` is always sent.
     pub ratelimit_remaining: bool,
+    /// How long a client may take to send a request head, from its connection's start
+    /// or its first byte after an idle wait; at most [`MAX_HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request (a connection
+    /// with a request in flight is not idle); at most [`MAX_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
+    /// Connections served at once (1 to [`MAX_MAX_CONNECTIONS`]); further ones get a
+    /// health-only service or are closed.
+    pub max_connections: usize,
+    /// On SIGTERM/SIGINT, how long open connections may take to finish before they are
+    /// cut off; at most [`MAX_SHUTDOWN_GRACE`].
+    pub shutdown_grace: Duration,
     /// Bearer tokens, each bound to a tenant.
     pub tokens: Vec<TokenEntry>,
 }
@@ -91,6 +116,10 @@ impl Default for Settings {
             protect_metrics: false,
             allow_unauthenticated: false,
             ratelimit_remaining: true,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            shutdown_grace: Duration::from_secs(20),
             tokens: Vec::new(),
         }
     }
@@ -117,16 +146,14 @@ impl Settings {
                 "protect_metrics" => bool_of(v).map(|b| s.protect_metrics = b),
                 "allow_unauthenticated" => bool_of(v).map(|b| s.allow_unauthenticated = b),
                 "ratelimit_remaining" => bool_of(v).map(|b| s.ratelimit_remaining = b),
+                "header_read_timeout" | "idle_timeout" | "max_connections" | "shutdown_grace" => {
+                    s.connection_key(key, v)
+                }
                 "tokens" => {
                     s.tokens = tokens(v, errors);
                     Ok(())
                 }
-                _ => Err(
-                    "unknown key (expected one of: allow_unauthenticated, body_limit, \
-                          lease_ttl, listen, protect_metrics, ratelimit_remaining, \
-                          request_timeout, tokens)"
-                        .to_string(),
-                ),
+                _ => Err(unknown_key()),
             };
             if let Err(e) = r {
                 errors.push(format!("{path}: {e}"));
@@ -134,6 +161,49 @@ impl Settings {
         }
         s
     }
+
+    /// Parses one key of the connection layer.
+    fn connection_key(&mut self, key: &str, v: &Value) -> Result<(), String> {
+        match key {
+            "header_read_timeout" => duration_at_most(v, MAX_HEADER_READ_TIMEOUT, "5m")
+                .map(|d| self.header_read_timeout = d),
+            "idle_timeout" => {
+                duration_at_most(v, MAX_IDLE_TIMEOUT, "1h").map(|d| self.idle_timeout = d)
+            }
+            "max_connections" => v
+                .as_u64()
+                .filter(|n| (1..=MAX_MAX_CONNECTIONS as u64).contains(n))
+                .map(|n| self.max_connections = n as usize)
+                .ok_or_else(|| format!("{v}: expected a count from 1 to {MAX_MAX_CONNECTIONS}")),
+            "shutdown_grace" => {
+                duration_at_most(v, MAX_SHUTDOWN_GRACE, "5m").map(|d| self.shutdown_grace = d)
+            }
+            _ => Err(unknown_key()),
+        }
+    }
+}
+
+/// Every key of `[gateway]` (the unknown-key message lists them sorted).
+const KEYS: &[&str] = &[
+    "allow_unauthenticated",
+    "body_limit",
+    "lease_ttl",
+    "listen",
+    "protect_metrics",
+    "ratelimit_remaining",
+    "request_timeout",
+    "tokens",
+    // The connection layer.
+    "header_read_timeout",
+    "idle_timeout",
+    "max_connections",
+    "shutdown_grace",
+];
+
+fn unknown_key() -> String {
+    let mut keys = KEYS.to_vec();
+    keys.sort_unstable();
+    format!("unknown key (expected one of: {})", keys.join(", "))
 }
 
 fn tokens(v: &Value, errors: &mut Vec<String>) -> Vec<TokenEntry> {
@@ -257,6 +327,15 @@ fn duration(v: &Value) -> Result<Duration, String> {
         Ok(_) => Err(format!("{s:?}: must be longer than zero")),
         Err(e) => Err(format!("{s:?}: not a duration such as \"60s\" ({e})")),
     }
+}
+
+/// A duration longer than zero and at most `max` (`max_text` in the message).
+fn duration_at_most(v: &Value, max: Duration, max_text: &str) -> Result<Duration, String> {
+    let d = duration(v)?;
+    if d > max {
+        return Err(format!("{v}: must be at most {max_text}"));
+    }
+    Ok(d)
 }
 
 // === impl Loaded ===
@@ -401,6 +480,38 @@ mod tests {
         assert!(
             e.0[0].starts_with("gateway.listen: \"8787\": not an address such as"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn connection_keys_have_defaults_and_ceilings() {
+        let d = Settings::default();
+        assert_eq!(d.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(d.idle_timeout, Duration::from_secs(30));
+        assert_eq!(d.max_connections, 10_000);
+        assert_eq!(d.shutdown_grace, Duration::from_secs(20));
+        let l = Loaded::from_toml_str(
+            "[gateway]\nheader_read_timeout = \"300ms\"\nidle_timeout = \"1h\"\n\
+             max_connections = 4\nshutdown_grace = \"5m\"\n",
+        )
+        .expect("valid");
+        assert_eq!(l.settings.header_read_timeout, Duration::from_millis(300));
+        assert_eq!(l.settings.idle_timeout, Duration::from_secs(3600));
+        assert_eq!(l.settings.max_connections, 4);
+        assert_eq!(l.settings.shutdown_grace, Duration::from_secs(300));
+        let e = Loaded::from_toml_str(
+            "[gateway]\nheader_read_timeout = \"6m\"\nidle_timeout = \"0s\"\n\
+             max_connections = 0\nshutdown_grace = \"301s\"\n",
+        )
+        .expect_err("invalid");
+        assert_eq!(
+            e.0,
+            [
+                "gateway.header_read_timeout: \"6m\": must be at most 5m",
+                "gateway.idle_timeout: \"0s\": must be longer than zero",
+                "gateway.max_connections: 0: expected a count from 1 to 1000000",
+                "gateway.shutdown_grace: \"301s\": must be at most 5m",
+            ]
         );
     }
 

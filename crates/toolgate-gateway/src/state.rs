@@ -10,6 +10,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate::Engine;
 
 use crate::auth::Auth;
+use crate::connections::Connections;
 use crate::leases::Leases;
 use crate::ratelimit::Headers;
 use crate::settings::{LoadErrors, Loaded, Settings};
@@ -40,6 +41,7 @@ struct Inner {
     metrics: PrometheusHandle,
     body_limit: usize,
     request_timeout: Duration,
+    connections: Arc<Connections>,
 }
 
 /// What a reload replaces at once.
@@ -112,6 +114,7 @@ impl AppState {
             source,
             http: reqwest::Client::new(),
             metrics,
+            connections: Arc::new(Connections::new()),
         })))
     }
 
@@ -190,5 +193,10 @@ impl AppState {
     /// The request timeout fixed at startup.
     pub fn request_timeout(&self) -> Duration {
         self.0.request_timeout
+    }
+
+    /// The counts of client connections ([`crate::conn::serve`] keeps them).
+    pub fn connections(&self) -> &Arc<Connections> {
+        &self.0.connections
     }
 }

@@ -240,6 +240,55 @@ async fn every_bad_input_gets_its_status_and_a_message_naming_the_problem() {
         code: "method_not_allowed",
         message: "GET is not allowed on /v1/tools/t/invoke",
     });
+    // Regression (#13, item 15): axum's own rejections answered plain text.
+    for (method, path, code, message) in [
+        (
+            "GET",
+            "/v1/tools/%ff%fe",
+            "invalid_path",
+            "the path is not valid: invalid UTF-8 in `tool`",
+        ),
+        (
+            "POST",
+            "/v1/tools/%ff%fe/invoke",
+            "invalid_path",
+            "the path is not valid: invalid UTF-8 in `tool`",
+        ),
+        (
+            "POST",
+            "/v1/leases/%ff%fe/complete",
+            "invalid_path",
+            "invalid UTF-8 in `lease`",
+        ),
+        (
+            "DELETE",
+            "/v1/reservations/%ff%fe",
+            "invalid_path",
+            "invalid UTF-8 in `id`",
+        ),
+        (
+            "GET",
+            "/v1/tools?tenant=a&tenant=b",
+            "invalid_query",
+            "the query string is not valid: duplicate field `tenant`",
+        ),
+        (
+            "GET",
+            "/v1/tools/t?tenant=a&tenant=b",
+            "invalid_query",
+            "duplicate field `tenant`",
+        ),
+    ] {
+        cases.push(Case {
+            name: path,
+            method,
+            path,
+            body: br#"{"outcome":"success","arguments":{}}"#.to_vec(),
+            status: 400,
+            code,
+            message,
+        });
+    }
     for c in cases {
         let req = Request::builder()
             .method(c.method)

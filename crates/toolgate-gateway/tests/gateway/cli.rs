@@ -16,12 +16,23 @@ fn serve(args: &[&str]) -> (Child, String, Vec<String>) {
 
 /// [`serve`], listening on `listen`.
 fn serve_on(listen: &str, args: &[&str]) -> (Child, String, Vec<String>) {
+    spawn_serve(listen, args, Stdio::null())
+}
+
+/// [`serve`], with its log (stderr) piped to the test.
+#[cfg(unix)]
+fn serve_logged(args: &[&str]) -> (Child, String) {
+    let (child, base, _) = spawn_serve("127.0.0.1:0", args, Stdio::piped());
+    (child, base)
+}
+
+fn spawn_serve(listen: &str, args: &[&str], stderr: Stdio) -> (Child, String, Vec<String>) {
     let mut child = toolgate()
         .arg("serve")
         .args(["--listen", listen])
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("spawn toolgate");
     let out = child.stdout.take().expect("stdout");
@@ -169,6 +180,105 @@ async fn sighup_reloads_the_config_file_keeping_state() {
     signal(&child, "-INT");
     assert!(wait_exit(&mut child).success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_within_the_shutdown_grace_while_a_client_holds_a_partial_head() {
+    // Regression (#13, item 5): SIGTERM never finished while one client held a
+    // partial request head.
+    use std::io::Read;
+    use tokio::io::AsyncWriteExt;
+    let dir = std::env::temp_dir().join(format!("toolgate-grace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("c.toml");
+    std::fs::write(
+        &path,
+        "[gateway]\nshutdown_grace = \"1s\"\nheader_read_timeout = \"60s\"\n\
+         [tools.t]\nrate = \"1/s\"\n",
+    )
+    .expect("write");
+    let (mut child, base) = serve_logged(&["--config", path.to_str().expect("utf-8")]);
+    let mut slow = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    slow.write_all(b"POST /v1/admit HTTP/1.1\r\nHost: g\r\nContent-")
+        .await
+        .expect("write");
+    // An answer on a later connection: the held one was accepted before it.
+    let health = reqwest::get(format!("{base}/healthz"))
+        .await
+        .expect("healthz");
+    assert_eq!(health.status(), 200);
+    let start = std::time::Instant::now();
+    signal(&child, "-TERM");
+    let status = wait_exit(&mut child);
+    let took = start.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took >= Duration::from_millis(800), "exited after {took:?}");
+    assert!(took < Duration::from_secs(4), "exited after {took:?}");
+    let mut log = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut log);
+    assert!(log.contains("1 connection(s) cut off"), "{log}");
+    drop(slow);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_fitted_to_the_file_descriptor_limit() {
+    use std::io::Read;
+    // Soft 600, hard 1024: the gateway raises the soft limit to 1024, which leaves
+    // 1024 - 256 (reserve) - 64 (overflow) = 704 connections, and says so.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -S -n 600 && ulimit -H -n 1024 && exec \"$0\" serve --listen 127.0.0.1:0")
+        .arg(env!("CARGO_BIN_EXE_toolgate"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = child.stdout.take().expect("stdout");
+    let first = BufReader::new(out)
+        .lines()
+        .next()
+        .expect("a line")
+        .expect("line");
+    let base = first
+        .strip_prefix("toolgate listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let health: serde_json::Value = reqwest::get(format!("{base}/healthz"))
+        .await
+        .expect("healthz")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(health["connections"]["limit"], 704, "{health}");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("open files");
+    assert!(files.split_whitespace().nth(3) == Some("1024"), "{files}");
+    signal(&child, "-TERM");
+    assert!(wait_exit(&mut child).success());
+    let mut log = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut log);
+    assert!(
+        log.contains("raised the soft file-descriptor limit"),
+        "{log}"
+    );
+    assert!(log.contains("serving at most 704"), "{log}");
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! A gateway on 127.0.0.1:0, a JSON client, and polling helpers.
 
-use std::future::Future;
+use std::future::{pending, Future};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use toolgate_gateway::conn::Limits;
 use toolgate_gateway::state::{AppState, Source};
 use toolgate_gateway::store::Store;
 
@@ -31,13 +32,16 @@ pub async fn start_file(path: &std::path::Path) -> Server {
     start_on(AppState::new(source, loaded, engine).expect("state")).await
 }
 
+/// Serves `state` as `toolgate serve` does (the same accept loop, with the limits of
+/// its `[gateway]` table), until the test's runtime ends.
 pub async fn start_on(state: AppState) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let app = toolgate_gateway::app::router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let limits = Limits::new(&state.live().settings);
+    let serving = toolgate_gateway::conn::serve(listener, state.clone(), limits, pending());
+    tokio::spawn(serving);
     Server {
         base: format!("http://{addr}"),
         state,
@@ -123,3 +127,79 @@ where
 
 /// A generous bound for "eventually".
 pub const SOON: Duration = Duration::from_secs(10);
+
+/// A raw connection to `server`, for bytes reqwest cannot send (or holds back).
+pub async fn connect(server: &Server) -> tokio::net::TcpStream {
+    let addr = server.base.trim_start_matches("http://");
+    tokio::net::TcpStream::connect(addr).await.expect("connect")
+}
+
+/// Reads `stream` until the server closes it, within `limit`: what was read and when
+/// the close came (since the call), or `None` when it is still open after `limit`.
+pub async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<(Vec<u8>, Duration)> {
+    use tokio::io::AsyncReadExt;
+    let start = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let left = limit.checked_sub(start.elapsed())?;
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some((out, start.elapsed())),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A response read off a raw connection.
+#[derive(Debug)]
+pub struct RawRes {
+    pub status: u16,
+    /// The head's header lines, names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+impl RawRes {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Splits `bytes` into HTTP/1.1 responses framed by `content-length`, each body JSON
+/// (the test fails on any other).
+pub fn responses(bytes: &[u8]) -> Vec<RawRes> {
+    let mut text = String::from_utf8(bytes.to_vec()).expect("utf-8 answers");
+    let mut out = Vec::new();
+    while !text.is_empty() {
+        let (head, rest) = text.split_once("\r\n\r\n").expect("a response head");
+        let mut lines = head.split("\r\n");
+        let status = lines.next().expect("status line")[9..12]
+            .parse()
+            .expect("status");
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let len: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map(|(_, v)| v.parse().expect("length"))
+            .expect("content-length");
+        let body = serde_json::from_str(&rest[..len])
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {head}\r\n\r\n{}", &rest[..len]));
+        out.push(RawRes {
+            status,
+            headers,
+            body,
+        });
+        text = rest[len..].to_string();
+    }
+    out
+}

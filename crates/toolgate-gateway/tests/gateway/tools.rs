@@ -61,7 +61,10 @@ async fn state_is_served_for_every_tool_including_namespaced_names() {
     let none = s.get("/v1/tools/nope").await;
     assert_eq!(none.status, 404);
     assert_eq!(none.body["error"]["code"], "unknown_tool");
-    assert_eq!(s.get("/healthz").await.body, json!({"status": "ok"}));
+    let health = s.get("/healthz").await.body;
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["connections"]["open"], 1, "{health}");
+    assert_eq!(health["connections"]["limit"], 10_000, "{health}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

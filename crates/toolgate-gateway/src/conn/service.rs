@@ -1,0 +1,125 @@
+//! The service on one connection: hyper's requests to the router (or to the overflow
+//! answer), each marked in flight on the connection's [`Activity`] until its answer's
+//! body is dropped, which hyper does once the body is in its write buffer.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use axum::body::Body;
+use axum::http::{Request, Response};
+use axum::Router;
+use http_body::{Frame, SizeHint};
+use hyper::body::Incoming;
+
+use super::activity::{Activity, InFlight};
+
+/// A hyper service whose calls are marked in flight; see the module doc.
+#[derive(Debug, Clone)]
+pub(crate) struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+/// The future of [`Tracked`].
+#[derive(Debug)]
+pub(crate) struct TrackedFuture<F> {
+    inner: F,
+    in_flight: Option<InFlight>,
+}
+
+/// An answer's body that keeps its request in flight until it is dropped.
+#[derive(Debug)]
+pub(crate) struct TrackedBody<B> {
+    inner: B,
+    _in_flight: Option<InFlight>,
+}
+
+/// The router as a hyper service.
+#[derive(Debug, Clone)]
+pub(crate) struct RouterService(pub(crate) Router);
+
+// === impl Tracked ===
+
+impl<S> Tracked<S> {
+    pub(crate) fn new(inner: S, activity: Arc<Activity>) -> Self {
+        Self { inner, activity }
+    }
+}
+
+impl<S, B> hyper::service::Service<Request<Incoming>> for Tracked<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>,
+    S::Future: Unpin,
+{
+    type Response = Response<TrackedBody<B>>;
+    type Error = Infallible;
+    type Future = TrackedFuture<S::Future>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        // In flight before the router runs: nothing it writes is taken for hyper's.
+        let in_flight = Some(self.activity.begin());
+        TrackedFuture {
+            inner: self.inner.call(req),
+            in_flight,
+        }
+    }
+}
+
+// === impl TrackedFuture ===
+
+impl<F, B> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, Infallible>> + Unpin,
+{
+    type Output = Result<Response<TrackedBody<B>>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Ok(res) = ready!(Pin::new(&mut self.inner).poll(cx));
+        let in_flight = self.in_flight.take();
+        Poll::Ready(Ok(res.map(|inner| TrackedBody {
+            inner,
+            _in_flight: in_flight,
+        })))
+    }
+}
+
+// === impl TrackedBody ===
+
+impl<B> http_body::Body for TrackedBody<B>
+where
+    B: http_body::Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+// === impl RouterService ===
+
+impl hyper::service::Service<Request<Incoming>> for RouterService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = axum::routing::future::RouteFuture<Infallible>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        // A router is always ready (as `axum::serve` relies on too).
+        tower::Service::call(&mut self.0.clone(), req.map(Body::new))
+    }
+}
