@@ -36,6 +36,9 @@ pub enum ApiError {
     Timeout(u128),
     /// Something the gateway cannot do in this build or state.
     Unavailable(String),
+    /// Opening the leases asked for would pass `max_leases` or
+    /// `max_leases_per_tenant`; nothing was admitted.
+    TooManyLeases(String),
 }
 
 // === impl ApiError ===
@@ -76,6 +79,7 @@ impl ApiError {
                 format!("the request did not finish within the gateway's {ms}ms request timeout"),
             ),
             Unavailable(m) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", m.clone()),
+            TooManyLeases(m) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases", m.clone()),
         }
     }
 }

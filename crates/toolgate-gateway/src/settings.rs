@@ -13,6 +13,13 @@
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
 //! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
+//! # bounds (see `Limits`)
+//! max_id_length = 256            # bytes of a tool name, tenant id, idempotency key, lease id
+//! max_reservation_ttl = "60s"    # longest reservation `ttl_ms` (at least lease_ttl)
+//! max_leases = 100000            # open leases, every tenant together
+//! max_leases_per_tenant = 10000  # open leases of one tenant
+//! max_response_bytes = 8388608   # largest upstream answer read by invoke
+//! allow_no_tools = false         # true: a reload may put a config without tools in force
 //!
 //! [[gateway.tokens]]
 //! tenant = "acme"
@@ -27,6 +34,13 @@ use std::time::Duration;
 use serde_json::Value;
 use toolgate::config::Config;
 use toolgate::Policy;
+
+mod limits;
+
+pub use limits::{
+    Limits, MAX_ID_LENGTH_CEILING, MAX_LEASES_CEILING, MAX_LEASE_TTL, MAX_RESPONSE_BYTES_CEILING,
+    MIN_ID_LENGTH,
+};
 
 /// The default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -52,6 +66,8 @@ pub struct Settings {
     pub ratelimit_remaining: bool,
     /// Bearer tokens, each bound to a tenant.
     pub tokens: Vec<TokenEntry>,
+    /// Bounds on what clients send and hold.
+    pub limits: Limits,
 }
 
 /// A bearer token, stored as the SHA-256 of the token, hex encoded.
@@ -92,6 +108,7 @@ impl Default for Settings {
             allow_unauthenticated: false,
             ratelimit_remaining: true,
             tokens: Vec::new(),
+            limits: Limits::default(),
         }
     }
 }
@@ -107,7 +124,7 @@ impl Settings {
             let path = format!("gateway.{key}");
             let r = match key.as_str() {
                 "listen" => str_of(v).and_then(|t| parse_listen(t).map(|a| s.listen = Some(a))),
-                "lease_ttl" => duration(v).map(|d| s.lease_ttl = d),
+                "lease_ttl" => limits::ttl(v).map(|d| s.lease_ttl = d),
                 "request_timeout" => duration(v).map(|d| s.request_timeout = d),
                 "body_limit" => v
                     .as_u64()
@@ -121,12 +138,7 @@ impl Settings {
                     s.tokens = tokens(v, errors);
                     Ok(())
                 }
-                _ => Err(
-                    "unknown key (expected one of: allow_unauthenticated, body_limit, \
-                          lease_ttl, listen, protect_metrics, ratelimit_remaining, \
-                          request_timeout, tokens)"
-                        .to_string(),
-                ),
+                _ => s.limits.parse(key, v).unwrap_or_else(|| Err(unknown_key())),
             };
             if let Err(e) = r {
                 errors.push(format!("{path}: {e}"));
@@ -134,6 +146,23 @@ impl Settings {
         }
         s
     }
+}
+
+/// The error of an unknown `[gateway]` key, listing the known ones.
+fn unknown_key() -> String {
+    let mut keys = vec![
+        "allow_unauthenticated",
+        "body_limit",
+        "lease_ttl",
+        "listen",
+        "protect_metrics",
+        "ratelimit_remaining",
+        "request_timeout",
+        "tokens",
+    ];
+    keys.extend(Limits::KEYS);
+    keys.sort_unstable();
+    format!("unknown key (expected one of: {})", keys.join(", "))
 }
 
 fn tokens(v: &Value, errors: &mut Vec<String>) -> Vec<TokenEntry> {

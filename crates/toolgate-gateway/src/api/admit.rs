@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use toolgate::{Call, Rejection};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::leases::{Id, NewLease};
@@ -25,7 +26,7 @@ pub struct AdmitRequest {
     tenant: Option<String>,
     cost: Option<Cost>,
     max_wait_ms: Option<u64>,
-    #[allow(dead_code)]
+    /// Checked for length only: admit does not deduplicate by it.
     idempotency_key: Option<String>,
 }
 
@@ -48,16 +49,19 @@ pub struct Cost {
 }
 
 /// Admits a call; the client disconnecting while it waits drops this future, which
-/// gives its place up without consuming anything.
+/// gives its place up without consuming anything. The lease's place is taken first:
+/// a call that would pass a lease cap is refused (429 `too_many_leases`) unadmitted.
 pub async fn admit(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<AdmitRequest>,
 ) -> Result<Response, ApiError> {
-    if req.tool.is_empty() {
-        return Err(ApiError::InvalidRequest("tool: must not be empty".into()));
-    }
+    let limits = state.live().settings.limits;
+    check(&req, limits.max_id_length)?;
     let tenant = caller.tenant_for(req.tenant)?;
+    let mut places = state
+        .leases()
+        .places(tenant.as_deref(), 1, (&limits).into())?;
     let mut call = Call::new(&req.tool)
         .with_tenant(tenant.as_deref())
         .tokens(req.cost.map_or(0, |c| c.tokens));
@@ -68,12 +72,15 @@ pub async fn admit(
         Ok(permit) => {
             let live = state.live();
             let waited_ms = permit.waited().as_millis();
-            let lease = state.leases().insert(NewLease {
-                permit,
-                tenant: tenant.as_deref(),
-                ttl: live.settings.lease_ttl,
-                reservation: None,
-            });
+            let lease = state.leases().insert(
+                &mut places,
+                NewLease {
+                    permit,
+                    tool: &req.tool,
+                    ttl: live.settings.lease_ttl,
+                    reservation: None,
+                },
+            );
             let mut res = admitted_body(&lease, waited_ms);
             let (h, engine) = (res.headers_mut(), state.engine());
             if live.settings.ratelimit_remaining {
@@ -86,6 +93,18 @@ pub async fn admit(
         }
         Err(r) => Ok(rejected(&state, &r, tenant.as_deref())),
     }
+}
+
+/// Checks the request's ids and numbers against their bounds.
+fn check(req: &AdmitRequest, max_id: usize) -> Result<(), ApiError> {
+    if req.tool.is_empty() {
+        return Err(ApiError::InvalidRequest("tool: must not be empty".into()));
+    }
+    bounds::id("tool", &req.tool, max_id)?;
+    bounds::opt_id("tenant", req.tenant.as_deref(), max_id)?;
+    bounds::opt_id("idempotency_key", req.idempotency_key.as_deref(), max_id)?;
+    let tokens = req.cost.as_ref().map(|c| c.tokens);
+    bounds::number("cost.tokens", tokens, bounds::MAX_TOKENS)
 }
 
 /// The 200 answer, `{"admitted":true,"lease":"<id>","waited_ms":<ms>}` (as serde_json

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use toolgate::{AttemptResult, Call, ExecuteError, RunFailure, RunOptions, StopReason};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::upstream::{self, Failure, Success};
@@ -42,6 +43,10 @@ pub async fn invoke(
     tool: String,
     req: InvokeRequest,
 ) -> Result<Response, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::id("tool", &tool, max_id)?;
+    bounds::opt_id("tenant", req.tenant.as_deref(), max_id)?;
+    bounds::opt_id("idempotency_key", req.idempotency_key.as_deref(), max_id)?;
     let tenant = caller.tenant_for(req.tenant)?;
     let up = state.live().upstreams.get(&tool).cloned().ok_or_else(|| {
         match state.engine().tool_state(&tool, None) {

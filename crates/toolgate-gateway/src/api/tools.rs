@@ -11,6 +11,7 @@ use toolgate::config::{Mode, OnLimit};
 use toolgate::{QuotaState, ToolState};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -26,6 +27,8 @@ pub async fn list(
     caller: Caller,
     Query(q): Query<TenantQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_for(q.tenant)?;
     let engine = state.engine();
     let tools: Vec<Value> = match tenant.as_deref() {
@@ -54,6 +57,9 @@ pub async fn get(
     Path(tool): Path<String>,
     Query(q): Query<TenantQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::id("tool", &tool, max_id)?;
+    bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_for(q.tenant)?;
     state
         .engine()
