@@ -17,4 +17,5 @@ mod leases;
 mod reload;
 mod reserve;
 mod shared_store;
+mod tenant_view;
 mod tools;
