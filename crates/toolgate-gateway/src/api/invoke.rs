@@ -63,6 +63,10 @@ pub async fn invoke(
     if let Some(ms) = req.max_wait_ms {
         call = call.max_wait(super::admit::clamp_wait(&state, ms));
     }
+    let max_bytes = up
+        .config
+        .max_response_bytes
+        .unwrap_or(state.live().settings.limits.max_response_bytes);
     let (http, up_ref, args) = (state.http(), &*up, &req.arguments);
     let options = RunOptions::new().with_idempotency_key(req.idempotency_key.as_deref());
     let mut waited = Duration::ZERO;
@@ -73,7 +77,7 @@ pub async fn invoke(
             async move {
                 // Every attempt sends the same `Idempotency-Key`.
                 let (result, limit) =
-                    upstream::execute(http, up_ref, args, ctx.idempotency_key()).await;
+                    upstream::execute(http, up_ref, args, ctx.idempotency_key(), max_bytes).await;
                 let res = match result {
                     Ok(ok) => {
                         let status = ok.status;
@@ -114,6 +118,8 @@ fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
         Failure::Timeout(_) => AttemptResult::timeout(f),
         Failure::Transport(_) => AttemptResult::transport_error(f),
         Failure::Invalid(_) => AttemptResult::invalid(f),
+        // A failure with a 2xx status is terminal: a too-large answer is not transient.
+        Failure::TooLarge(_, status) => AttemptResult::failure(f).status(status),
         Failure::Status(status, _, after) => {
             let res = AttemptResult::failure(f).status(status);
             match after {
@@ -126,14 +132,15 @@ fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
 
 /// The terminal failure of an invocation: the usual `{"error": {"code", "message"}}`
 /// (`upstream_timeout` 504 when the last attempt or the deadline ran out of time,
-/// `invalid_result` or `upstream_error` 502 otherwise), plus why the call stopped,
-/// every attempt and the last status.
+/// `invalid_result`, `upstream_response_too_large` or `upstream_error` 502
+/// otherwise), plus why the call stopped, every attempt and the last status.
 fn failed(f: RunFailure<Failure>) -> Response {
     let timed_out = f.reason == StopReason::DeadlineExceeded
         || matches!(f.error, Some(Failure::Timeout(_)) | None);
     let (status, code) = match &f.error {
         _ if timed_out => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
         Some(Failure::Invalid(_)) => (StatusCode::BAD_GATEWAY, "invalid_result"),
+        Some(Failure::TooLarge(..)) => (StatusCode::BAD_GATEWAY, "upstream_response_too_large"),
         _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
     };
     let message = match (&f.error, f.reason) {

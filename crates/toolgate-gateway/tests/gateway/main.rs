@@ -16,6 +16,7 @@ mod lease_caps;
 mod leases;
 mod reload;
 mod reserve;
+mod response_cap;
 mod shared_store;
 mod tenant_view;
 mod tools;
