@@ -20,6 +20,7 @@ pub mod extract;
 pub mod leases;
 pub mod metrics;
 pub mod ratelimit;
+pub mod reload;
 pub mod serve;
 pub mod settings;
 pub mod state;

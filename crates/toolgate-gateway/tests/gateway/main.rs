@@ -15,6 +15,7 @@ mod invoke;
 mod lease_caps;
 mod leases;
 mod reload;
+mod reload_rules;
 mod reserve;
 mod response_cap;
 mod shared_store;
