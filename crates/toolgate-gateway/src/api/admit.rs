@@ -64,9 +64,10 @@ pub async fn admit(
         .places(tenant.as_deref(), 1, (&limits).into())?;
     let mut call = Call::new(&req.tool)
         .with_tenant(tenant.as_deref())
-        .tokens(req.cost.map_or(0, |c| c.tokens));
+        .tokens(req.cost.map_or(0, |c| c.tokens))
+        .cap_wait(wait_cap(&state));
     if let Some(ms) = req.max_wait_ms {
-        call = call.max_wait(clamp_wait(&state, ms));
+        call = call.max_wait(Duration::from_millis(ms));
     }
     match state.engine().admit(&call).await {
         Ok(permit) => {
@@ -129,13 +130,15 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
     res
 }
 
-/// A wait is bounded by the request timeout, so an over-long wait is refused at once
-/// with `max_wait_exceeded` rather than cut off later.
-pub fn clamp_wait(state: &AppState, ms: u64) -> Duration {
-    let cap = state
-        .request_timeout()
-        .saturating_sub(Duration::from_millis(100));
-    Duration::from_millis(ms).min(cap)
+/// How much shorter than the request timeout a wait is capped.
+pub const WAIT_MARGIN: Duration = Duration::from_millis(100);
+
+/// The cap on every wait of a request: the request timeout less [`WAIT_MARGIN`],
+/// whatever the tool's `max_wait` or the request's `max_wait_ms`, so that a wait that
+/// would outlast the request is refused at once with `max_wait_exceeded` rather than
+/// cut off by the timeout.
+pub fn wait_cap(state: &AppState) -> Duration {
+    state.request_timeout().saturating_sub(WAIT_MARGIN)
 }
 
 /// The 429 answer to a rejection, with `Retry-After` (whole seconds, rounded up)

@@ -59,9 +59,11 @@ pub async fn invoke(
     })?;
     up.check_arguments(&req.arguments)
         .map_err(ApiError::InvalidArguments)?;
-    let mut call = Call::new(&tool).with_tenant(tenant.as_deref());
+    let mut call = Call::new(&tool)
+        .with_tenant(tenant.as_deref())
+        .cap_wait(super::admit::wait_cap(&state));
     if let Some(ms) = req.max_wait_ms {
-        call = call.max_wait(super::admit::clamp_wait(&state, ms));
+        call = call.max_wait(Duration::from_millis(ms));
     }
     let max_bytes = up
         .config
