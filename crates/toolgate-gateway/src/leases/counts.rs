@@ -170,7 +170,7 @@ impl Counts {
         }
     }
 
-    /// A lease closed: gives its place back (`tool` is the key [`Places::open`]
+    /// A lease closed: gives its place back (`tool` is the key `Places::open`
     /// returned, for a lease with a tenant).
     pub fn close(&self, tenant: Option<&Arc<str>>, tool: Option<&Arc<str>>) {
         self.give_back(tenant, tool, 1);
