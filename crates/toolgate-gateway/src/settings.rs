@@ -9,7 +9,7 @@
 //! listen = "127.0.0.1:8787"      # overridden by --listen
 //! lease_ttl = "60s"              # default TTL of a lease
 //! body_limit = 65536             # bytes; larger bodies get 413
-//! request_timeout = "30s"        # per-request bound (waits are clamped to it)
+//! request_timeout = "30s"        # per-request bound (waits are capped 100 ms below it)
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
 //! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
