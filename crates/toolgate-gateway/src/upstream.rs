@@ -13,6 +13,9 @@ use serde_json::Value;
 use toolgate::config::UpstreamConfig;
 use toolgate::{Outcome, Policy};
 
+/// The most bytes of a non-2xx answer read, for the error message.
+pub const ERROR_BODY_BYTES: usize = 512;
+
 /// A tool's upstream with its schemas compiled.
 #[derive(Debug)]
 pub struct Upstream {
@@ -186,36 +189,18 @@ pub async fn execute(
     Option<toolgate::shaping::ServerLimit>,
 ) {
     let mut limit = None;
-    let call = Outgoing {
-        arguments,
-        idempotency_key,
-        max_bytes,
-    };
-    let result = send(client, upstream, call, &mut limit).await;
+    let req = request(client, upstream, arguments, idempotency_key);
+    let result = send(req, upstream, max_bytes, &mut limit).await;
     (result, limit)
 }
 
-/// The most bytes of a non-2xx answer read, for the error message.
-pub const ERROR_BODY_BYTES: usize = 512;
-
-/// What one execution sends, and how much of the answer it reads.
-struct Outgoing<'a> {
-    arguments: &'a Value,
-    idempotency_key: Option<&'a str>,
-    max_bytes: u64,
-}
-
-async fn send(
+/// The upstream request of a call.
+fn request(
     client: &reqwest::Client,
     upstream: &Upstream,
-    call: Outgoing<'_>,
-    limit: &mut Option<toolgate::shaping::ServerLimit>,
-) -> Result<Success, Failure> {
-    let Outgoing {
-        arguments,
-        idempotency_key,
-        max_bytes,
-    } = call;
+    arguments: &Value,
+    idempotency_key: Option<&str>,
+) -> reqwest::RequestBuilder {
     let u = &upstream.config;
     let mut req = client
         .request(upstream.method.clone(), &u.url)
@@ -226,11 +211,20 @@ async fn send(
     if let Some(key) = idempotency_key {
         req = req.header("Idempotency-Key", key);
     }
-    req = if upstream.method == Method::GET {
+    if upstream.method == Method::GET {
         req.query(&query_of(arguments))
     } else {
         req.json(arguments)
-    };
+    }
+}
+
+async fn send(
+    req: reqwest::RequestBuilder,
+    upstream: &Upstream,
+    max_bytes: u64,
+    limit: &mut Option<toolgate::shaping::ServerLimit>,
+) -> Result<Success, Failure> {
+    let u = &upstream.config;
     let res = req.send().await.map_err(|e| transport(e, u.timeout))?;
     let status = res.status().as_u16();
     *limit = toolgate::shaping::server_limit(
