@@ -46,6 +46,9 @@ pub enum ApiError {
     /// An error of HTTP itself (a malformed or oversized request head, say), answered
     /// with this status; the code is named after the status.
     Http(StatusCode, String),
+    /// Opening the leases asked for would pass `max_leases` or
+    /// `max_leases_per_tenant`; nothing was admitted.
+    TooManyLeases(String),
 }
 
 // === impl ApiError ===
@@ -98,6 +101,7 @@ impl ApiError {
                 ),
             ),
             Http(status, m) => (*status, code_of(*status), m.clone()),
+            TooManyLeases(m) => (StatusCode::TOO_MANY_REQUESTS, "too_many_leases", m.clone()),
         }
     }
 

@@ -7,6 +7,9 @@
 //! `admit` is completed as `timeout` (releasing its concurrency, as the contract
 //! says); an unused part of a reservation is cancelled without an outcome, since it
 //! never ran, which gives back everything it charged.
+//!
+//! A lease opens on a place taken beforehand ([`Leases::places`], see [`counts`]), so
+//! that the caps on open leases are checked before admission.
 
 use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -18,6 +21,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use toolgate::{Completion, Outcome, Permit};
 
+use crate::settings::MAX_LEASE_TTL;
+
+pub mod counts;
+
+pub use counts::{Caps, Full, Held, Places};
+
 /// How often expired leases are collected.
 pub const REAP_EVERY: Duration = Duration::from_millis(20);
 
@@ -28,6 +37,7 @@ const SHARDS: usize = 16;
 pub struct Leases {
     shards: [Mutex<Shard>; SHARDS],
     next: AtomicU64,
+    counts: counts::Counts,
 }
 
 /// Deadlines are indexed lazily: completing a lease only removes it from `map`, and
@@ -46,6 +56,8 @@ struct Entry {
     tag: u64,
     permit: Permit,
     tenant: Option<Arc<str>>,
+    /// The tool's key in the tenant's counts (a lease with a tenant only).
+    tool: Option<Arc<str>>,
     expires: Instant,
     reservation: Option<u64>,
 }
@@ -88,14 +100,14 @@ pub struct Id {
     tag: u64,
 }
 
-/// What to open a lease with.
+/// What to open a lease with (its tenant is that of its places).
 #[derive(Debug)]
 pub struct NewLease<'a> {
     /// The permit it holds.
     pub permit: Permit,
-    /// The tenant that owns it.
-    pub tenant: Option<&'a str>,
-    /// Its time to live.
+    /// The tool it was admitted for.
+    pub tool: &'a str,
+    /// Its time to live (at most [`MAX_LEASE_TTL`]).
     pub ttl: Duration,
     /// The reservation it belongs to.
     pub reservation: Option<Id>,
@@ -144,6 +156,7 @@ impl Default for Leases {
         Self {
             shards: std::array::from_fn(|_| Mutex::default()),
             next: AtomicU64::new(1),
+            counts: counts::Counts::default(),
         }
     }
 }
@@ -161,14 +174,30 @@ impl Leases {
         &self.shards[(seq % SHARDS as u64) as usize]
     }
 
-    /// Opens a lease.
-    pub fn insert(&self, lease: NewLease<'_>) -> Id {
+    /// Takes `n` places for leases of `tenant`, to open them after admission.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] when they would pass a cap; nothing is taken then.
+    pub fn places(&self, tenant: Option<&str>, n: usize, caps: Caps) -> Result<Places<'_>, Full> {
+        self.counts.take(tenant, n, caps)
+    }
+
+    /// What `tenant` holds: its places and its open leases by tool.
+    pub fn held_by(&self, tenant: &str) -> Held {
+        self.counts.held_by(tenant)
+    }
+
+    /// Opens a lease on one of `places`.
+    pub fn insert(&self, places: &mut Places<'_>, lease: NewLease<'_>) -> Id {
         let id = self.new_id();
-        let expires = Instant::now() + lease.ttl;
+        let expires = Instant::now() + lease.ttl.min(MAX_LEASE_TTL);
+        let (tenant, tool) = places.open(lease.tool);
         let entry = Entry {
             tag: id.tag,
             permit: lease.permit,
-            tenant: lease.tenant.map(Arc::from),
+            tenant,
+            tool,
             expires,
             reservation: lease.reservation.map(|r| r.seq),
         };
@@ -192,7 +221,15 @@ impl Leases {
         if e.tag != id.tag || (tenant.is_some() && e.tenant.as_deref() != tenant) {
             return None;
         }
-        shard.map.remove(&id.seq).map(|e| e.permit)
+        let e = shard.map.remove(&id.seq)?;
+        drop(shard);
+        Some(self.closed(e))
+    }
+
+    /// Gives a removed lease's place back; returns its permit.
+    fn closed(&self, e: Entry) -> Permit {
+        self.counts.close(e.tenant.as_ref(), e.tool.as_ref());
+        e.permit
     }
 
     /// Releases every open lease of a reservation; `None` when it has none left or
@@ -211,16 +248,12 @@ impl Leases {
                 })
                 .map(|(k, _)| *k)
                 .collect();
-            released.extend(
-                hits.iter()
-                    .filter_map(|k| s.map.remove(k))
-                    .map(|e| e.permit),
-            );
+            released.extend(hits.iter().filter_map(|k| s.map.remove(k)));
         }
         let n = released.len();
         // Unused parts of a reservation give back everything they charged.
-        for permit in released {
-            permit.cancel();
+        for e in released {
+            self.closed(e).cancel();
         }
         (n > 0).then_some(n)
     }
@@ -241,10 +274,12 @@ impl Leases {
         }
         let n = expired.len();
         for e in expired {
-            if e.reservation.is_none() {
-                e.permit.complete(Completion::new(Outcome::Timeout));
+            let reserved = e.reservation.is_some();
+            let permit = self.closed(e);
+            if reserved {
+                permit.cancel();
             } else {
-                e.permit.cancel();
+                permit.complete(Completion::new(Outcome::Timeout));
             }
         }
         n
@@ -256,6 +291,9 @@ impl Leases {
         for shard in &self.shards {
             let taken = std::mem::take(&mut *shard.lock());
             n += taken.map.len();
+            for e in taken.map.into_values() {
+                drop(self.closed(e));
+            }
         }
         n
     }
@@ -302,6 +340,11 @@ mod tests {
     use super::*;
     use toolgate::{Call, Engine, Policy};
 
+    const CAPS: Caps = Caps {
+        total: 10,
+        per_tenant: 10,
+    };
+
     fn engine() -> Engine {
         Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 1").expect("policy"))
     }
@@ -311,12 +354,16 @@ mod tests {
         let e = engine();
         let l = Leases::default();
         let p = e.try_admit(&Call::new("t")).expect("admitted");
-        let id = l.insert(NewLease {
-            permit: p,
-            tenant: Some("a"),
-            ttl: Duration::from_secs(60),
-            reservation: None,
-        });
+        let mut places = l.places(Some("a"), 1, CAPS).expect("a place");
+        let id = l.insert(
+            &mut places,
+            NewLease {
+                permit: p,
+                tool: "t",
+                ttl: Duration::from_secs(60),
+                reservation: None,
+            },
+        );
         let s = id.to_string();
         assert_eq!(Id::parse(&s), Some(id));
         let odd = Id {
@@ -335,12 +382,16 @@ mod tests {
         let e = engine();
         let l = Leases::default();
         let p = e.try_admit(&Call::new("t")).expect("admitted");
-        l.insert(NewLease {
-            permit: p,
-            tenant: None,
-            ttl: Duration::from_millis(10),
-            reservation: None,
-        });
+        let mut places = l.places(None, 1, CAPS).expect("a place");
+        l.insert(
+            &mut places,
+            NewLease {
+                permit: p,
+                tool: "t",
+                ttl: Duration::from_millis(10),
+                reservation: None,
+            },
+        );
         assert!(e.try_admit(&Call::new("t")).is_err());
         assert_eq!(l.expire(Instant::now()), 0);
         assert_eq!(l.expire(Instant::now() + Duration::from_millis(11)), 1);
@@ -354,12 +405,16 @@ mod tests {
         let open = |ttl_ms| {
             let permit = e.try_admit(&Call::new("t")).expect("admitted");
             let ttl = Duration::from_millis(ttl_ms);
-            l.insert(NewLease {
-                permit,
-                tenant: None,
-                ttl,
-                reservation: None,
-            })
+            let mut places = l.places(None, 1, CAPS).expect("a place");
+            l.insert(
+                &mut places,
+                NewLease {
+                    permit,
+                    tool: "t",
+                    ttl,
+                    reservation: None,
+                },
+            )
         };
         let long = open(60_000);
         let _short = open(10);

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod bounds;
 pub mod cli;
 pub mod conn;
 pub mod connections;
@@ -21,6 +22,7 @@ pub mod extract;
 pub mod leases;
 pub mod metrics;
 pub mod ratelimit;
+pub mod reload;
 pub mod rescue;
 pub mod serve;
 pub mod settings;

@@ -198,13 +198,11 @@ fn spawn_reload_on_hangup(state: AppState) {
     };
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match state.reload() {
-                Ok(tools) => tracing::info!(tools, "SIGHUP: config reloaded"),
-                Err(e) => {
-                    tracing::warn!("SIGHUP: new config refused, the old one stays in force");
-                    for line in &e.0 {
-                        eprintln!("  {line}");
-                    }
+            // The reload logs its outcome; a refused config's errors also go to stderr,
+            // one per line, for the operator who sent the signal.
+            if let Err(e) = state.reload() {
+                for line in &e.0 {
+                    eprintln!("  {line}");
                 }
             }
         }

@@ -9,7 +9,7 @@
 //! listen = "127.0.0.1:8787"      # overridden by --listen
 //! lease_ttl = "60s"              # default TTL of a lease
 //! body_limit = 65536             # bytes; larger bodies get 413
-//! request_timeout = "30s"        # per-request bound (waits are clamped to it)
+//! request_timeout = "30s"        # per-request bound (waits are capped 100 ms below it)
 //! protect_metrics = false        # require a token for GET /metrics
 //! allow_unauthenticated = false  # allow a non-loopback listen address without tokens
 //! ratelimit_remaining = true     # false: no `RateLimit` (what is left) on 200 answers
@@ -17,6 +17,13 @@
 //! idle_timeout = "30s"           # a kept-alive connection with no request is closed (at most 1h)
 //! max_connections = 10000        # connections served at once (1 to 1000000)
 //! shutdown_grace = "20s"         # SIGTERM: connections still open then are cut (at most 5m)
+//! # bounds (see `Limits`)
+//! max_id_length = 256            # bytes of a tool name, tenant id, idempotency key, lease id
+//! max_reservation_ttl = "60s"    # longest reservation `ttl_ms` (at least lease_ttl)
+//! max_leases = 100000            # open leases, every tenant together
+//! max_leases_per_tenant = 10000  # open leases of one tenant
+//! max_response_bytes = 8388608   # largest upstream answer read by invoke
+//! allow_no_tools = false         # true: a reload may put a config without tools in force
 //!
 //! [[gateway.tokens]]
 //! tenant = "acme"
@@ -31,6 +38,13 @@ use std::time::Duration;
 use serde_json::Value;
 use toolgate::config::Config;
 use toolgate::Policy;
+
+mod limits;
+
+pub use limits::{
+    Limits, MAX_ID_LENGTH_CEILING, MAX_LEASES_CEILING, MAX_LEASE_TTL, MAX_RESPONSE_BYTES_CEILING,
+    MIN_ID_LENGTH,
+};
 
 /// The default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -77,6 +91,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Bearer tokens, each bound to a tenant.
     pub tokens: Vec<TokenEntry>,
+    /// Bounds on what clients send and hold.
+    pub limits: Limits,
 }
 
 /// A bearer token, stored as the SHA-256 of the token, hex encoded.
@@ -121,6 +137,7 @@ impl Default for Settings {
             max_connections: 10_000,
             shutdown_grace: Duration::from_secs(20),
             tokens: Vec::new(),
+            limits: Limits::default(),
         }
     }
 }
@@ -136,7 +153,7 @@ impl Settings {
             let path = format!("gateway.{key}");
             let r = match key.as_str() {
                 "listen" => str_of(v).and_then(|t| parse_listen(t).map(|a| s.listen = Some(a))),
-                "lease_ttl" => duration(v).map(|d| s.lease_ttl = d),
+                "lease_ttl" => limits::ttl(v).map(|d| s.lease_ttl = d),
                 "request_timeout" => duration(v).map(|d| s.request_timeout = d),
                 "body_limit" => v
                     .as_u64()
@@ -153,7 +170,7 @@ impl Settings {
                     s.tokens = tokens(v, errors);
                     Ok(())
                 }
-                _ => Err(unknown_key()),
+                _ => s.limits.parse(key, v).unwrap_or_else(|| Err(unknown_key())),
             };
             if let Err(e) = r {
                 errors.push(format!("{path}: {e}"));
@@ -200,8 +217,10 @@ const KEYS: &[&str] = &[
     "shutdown_grace",
 ];
 
+/// The error of an unknown `[gateway]` key, listing the known ones.
 fn unknown_key() -> String {
     let mut keys = KEYS.to_vec();
+    keys.extend(Limits::KEYS);
     keys.sort_unstable();
     format!("unknown key (expected one of: {})", keys.join(", "))
 }

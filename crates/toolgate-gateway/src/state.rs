@@ -13,6 +13,7 @@ use crate::auth::Auth;
 use crate::connections::Connections;
 use crate::leases::Leases;
 use crate::ratelimit::Headers;
+use crate::reload::{Fixed, Reloaded};
 use crate::settings::{LoadErrors, Loaded, Settings};
 use crate::upstream::Upstream;
 
@@ -41,6 +42,7 @@ struct Inner {
     metrics: PrometheusHandle,
     body_limit: usize,
     request_timeout: Duration,
+    connection_keys: crate::reload::ConnectionKeys,
     connections: Arc<Connections>,
 }
 
@@ -110,6 +112,7 @@ impl AppState {
             leases,
             body_limit: live.settings.body_limit,
             request_timeout: live.settings.request_timeout,
+            connection_keys: crate::reload::connection_keys(&live.settings),
             live: ArcSwap::from_pointee(live),
             source,
             http: reqwest::Client::new(),
@@ -131,22 +134,60 @@ impl AppState {
     }
 
     /// Reads the config again and puts it in force, keeping the state of unchanged
-    /// quotas. Returns the number of tools.
+    /// quotas. Returns the number of tools. As [`AppState::reload_report`].
     ///
     /// # Errors
     ///
-    /// The new config's problems; the old config stays in force.
+    /// As [`AppState::reload_report`].
     pub fn reload(&self) -> Result<usize, LoadErrors> {
-        let loaded = self.0.source.load()?;
-        self.apply(loaded)
+        self.reload_report().map(|r| r.tools)
+    }
+
+    /// Reads the config again and puts it in force (see [`crate::reload`] for what a
+    /// reload may change), logging the outcome: a refusal at WARN with its reasons,
+    /// and each changed setting that waits for a restart at WARN too.
+    ///
+    /// # Errors
+    ///
+    /// The new config's problems, or the reload rules it breaks; the old config stays
+    /// in force.
+    pub fn reload_report(&self) -> Result<Reloaded, LoadErrors> {
+        let result = self.0.source.load().and_then(|l| self.apply(l));
+        match &result {
+            Ok(r) => {
+                tracing::info!(tools = r.tools, "config reloaded");
+                for key in &r.needs_restart {
+                    tracing::warn!(
+                        "config reloaded, but [gateway] {key} changed: it takes effect after \
+                         a restart"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(
+                reason = %e.0.join("; "),
+                "config reload refused; the old config stays in force"
+            ),
+        }
+        result
     }
 
     /// Puts a loaded config in force (see [`AppState::reload`]).
     ///
     /// # Errors
     ///
-    /// When a schema of an upstream is invalid; nothing changes then.
-    pub fn apply(&self, loaded: Loaded) -> Result<usize, LoadErrors> {
+    /// When it breaks a reload rule ([`crate::reload::check`]) or a schema of an
+    /// upstream is invalid; nothing changes then.
+    pub fn apply(&self, loaded: Loaded) -> Result<Reloaded, LoadErrors> {
+        let old = self.live();
+        crate::reload::check(old.auth.enabled(), &loaded)?;
+        let fixed = Fixed {
+            listen: old.settings.listen,
+            body_limit: self.0.body_limit,
+            request_timeout: self.0.request_timeout,
+            connections: self.0.connection_keys,
+        };
+        drop(old);
+        let needs_restart = crate::reload::needs_restart(&fixed, &loaded);
         let upstreams = Upstream::compile_all(&loaded.policy).map_err(LoadErrors)?;
         crate::metrics::publish_circuits(&loaded.policy);
         let live = Live::new(&loaded, upstreams);
@@ -157,7 +198,10 @@ impl AppState {
             .map_err(|e| LoadErrors(vec![format!("store: {e}")]))?;
         crate::store::keep_leases(&self.0.engine, &live.settings);
         self.0.live.store(Arc::new(live));
-        Ok(tools)
+        Ok(Reloaded {
+            tools,
+            needs_restart,
+        })
     }
 
     /// The engine.

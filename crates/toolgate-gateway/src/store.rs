@@ -88,7 +88,10 @@ impl Store {
 /// releases each lease itself when it is completed or expires; this is the backstop
 /// for a replica that is gone, whose slots come back after it.
 pub fn store_lease_ttl(settings: &Settings) -> Duration {
-    settings.lease_ttl.saturating_add(STORE_LEASE_MARGIN)
+    settings
+        .limits
+        .reservation_ttl_cap(settings.lease_ttl)
+        .saturating_add(STORE_LEASE_MARGIN)
 }
 
 /// Puts the store lease TTL of `settings` in force in `engine`'s shared store (the
@@ -145,5 +148,17 @@ mod tests {
             (cfg.url.as_str(), cfg.key_prefix.as_str()),
             ("redis://b:2", "team:")
         );
+    }
+
+    #[test]
+    fn store_leases_outlive_the_longest_lease_the_gateway_hands_out() {
+        let l = crate::settings::Loaded::from_toml_str("[gateway]\nlease_ttl = \"30s\"\n")
+            .expect("valid");
+        assert_eq!(store_lease_ttl(&l.settings), Duration::from_secs(35));
+        let l = crate::settings::Loaded::from_toml_str(
+            "[gateway]\nlease_ttl = \"30s\"\nmax_reservation_ttl = \"10m\"\n",
+        )
+        .expect("valid");
+        assert_eq!(store_lease_ttl(&l.settings), Duration::from_secs(605));
     }
 }

@@ -13,6 +13,9 @@ use serde_json::Value;
 use toolgate::config::UpstreamConfig;
 use toolgate::{Outcome, Policy};
 
+/// The most bytes of a non-2xx answer read, for the error message.
+pub const ERROR_BODY_BYTES: usize = 512;
+
 /// A tool's upstream with its schemas compiled.
 #[derive(Debug)]
 pub struct Upstream {
@@ -35,6 +38,9 @@ pub enum Failure {
     Status(u16, String, Option<Duration>),
     /// The answer is not JSON or fails the result schema.
     Invalid(String),
+    /// The answer (with this status) is larger than the limit, in bytes. Not
+    /// transient: never retried.
+    TooLarge(u64, u16),
 }
 
 /// A usable upstream answer.
@@ -128,7 +134,7 @@ impl Failure {
     pub fn outcome(&self) -> Outcome {
         match self {
             Self::Timeout(_) => Outcome::Timeout,
-            Self::Transport(_) | Self::Status(..) => Outcome::Error,
+            Self::Transport(_) | Self::Status(..) | Self::TooLarge(..) => Outcome::Error,
             Self::Invalid(_) => Outcome::Invalid,
         }
     }
@@ -149,6 +155,11 @@ impl std::fmt::Display for Failure {
             Self::Transport(e) => write!(f, "the upstream could not be reached: {e}"),
             Self::Status(s, body, _) => write!(f, "the upstream answered {s}: {body}"),
             Self::Invalid(e) => write!(f, "the upstream's result is invalid: {e}"),
+            Self::TooLarge(n, _) => write!(
+                f,
+                "the upstream's answer is larger than the limit of {n} bytes \
+                 (max_response_bytes); it was not read further"
+            ),
         }
     }
 }
@@ -156,6 +167,10 @@ impl std::fmt::Display for Failure {
 /// Runs one call against the upstream: the arguments are the JSON body (for `GET`,
 /// the query string), the idempotency key goes in `Idempotency-Key`, and the answer
 /// must be JSON matching the result schema.
+///
+/// At most `max_bytes` of a 2xx answer are read ([`Failure::TooLarge`] beyond, told
+/// by `Content-Length` up front or while streaming), and at most
+/// [`ERROR_BODY_BYTES`] of any other (for the error message).
 ///
 /// Also returns what the response's rate-limit headers said (`X-RateLimit-*`,
 /// `RateLimit`, `RateLimit-Policy`), for server-signal shaping.
@@ -168,22 +183,24 @@ pub async fn execute(
     upstream: &Upstream,
     arguments: &Value,
     idempotency_key: Option<&str>,
+    max_bytes: u64,
 ) -> (
     Result<Success, Failure>,
     Option<toolgate::shaping::ServerLimit>,
 ) {
     let mut limit = None;
-    let result = send(client, upstream, arguments, idempotency_key, &mut limit).await;
+    let req = request(client, upstream, arguments, idempotency_key);
+    let result = send(req, upstream, max_bytes, &mut limit).await;
     (result, limit)
 }
 
-async fn send(
+/// The upstream request of a call.
+fn request(
     client: &reqwest::Client,
     upstream: &Upstream,
     arguments: &Value,
     idempotency_key: Option<&str>,
-    limit: &mut Option<toolgate::shaping::ServerLimit>,
-) -> Result<Success, Failure> {
+) -> reqwest::RequestBuilder {
     let u = &upstream.config;
     let mut req = client
         .request(upstream.method.clone(), &u.url)
@@ -194,11 +211,20 @@ async fn send(
     if let Some(key) = idempotency_key {
         req = req.header("Idempotency-Key", key);
     }
-    req = if upstream.method == Method::GET {
+    if upstream.method == Method::GET {
         req.query(&query_of(arguments))
     } else {
         req.json(arguments)
-    };
+    }
+}
+
+async fn send(
+    req: reqwest::RequestBuilder,
+    upstream: &Upstream,
+    max_bytes: u64,
+    limit: &mut Option<toolgate::shaping::ServerLimit>,
+) -> Result<Success, Failure> {
+    let u = &upstream.config;
     let res = req.send().await.map_err(|e| transport(e, u.timeout))?;
     let status = res.status().as_u16();
     *limit = toolgate::shaping::server_limit(
@@ -212,11 +238,21 @@ async fn send(
         .flatten()
         .and_then(|v| v.to_str().ok())
         .and_then(|v| toolgate::retry::retry_after(v, std::time::SystemTime::now()));
-    let bytes = res.bytes().await.map_err(|e| transport(e, u.timeout))?;
     if !(200..300).contains(&status) {
-        let body = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
+        let head = read_up_to(res, ERROR_BODY_BYTES as u64, u.timeout).await?;
+        let head = &head.bytes[..head.bytes.len().min(ERROR_BODY_BYTES)];
+        let body = String::from_utf8_lossy(head).into_owned();
         return Err(Failure::Status(status, body, retry_after));
     }
+    // Told up front, the rest is not even read.
+    if res.content_length().is_some_and(|n| n > max_bytes) {
+        return Err(Failure::TooLarge(max_bytes, status));
+    }
+    let read = read_up_to(res, max_bytes, u.timeout).await?;
+    if read.more {
+        return Err(Failure::TooLarge(max_bytes, status));
+    }
+    let bytes = read.bytes;
     let result = if bytes.is_empty() {
         Value::Null
     } else {
@@ -225,6 +261,32 @@ async fn send(
     };
     upstream.check_result(&result).map_err(Failure::Invalid)?;
     Ok(Success { status, result })
+}
+
+/// The start of an answer's body.
+struct Head {
+    bytes: Vec<u8>,
+    /// Whether the body goes on past `max` bytes (the rest is not read).
+    more: bool,
+}
+
+/// Reads at most `max` bytes of `res`'s body, chunk by chunk (dropping the response
+/// then closes the connection without reading the rest).
+async fn read_up_to(
+    mut res: reqwest::Response,
+    max: u64,
+    timeout: Duration,
+) -> Result<Head, Failure> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = res.chunk().await.map_err(|e| transport(e, timeout))? {
+        if (bytes.len() + chunk.len()) as u64 > max {
+            let room = usize::try_from(max).unwrap_or(usize::MAX) - bytes.len();
+            bytes.extend_from_slice(&chunk[..room]);
+            return Ok(Head { bytes, more: true });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(Head { bytes, more: false })
 }
 
 fn transport(e: reqwest::Error, timeout: Duration) -> Failure {

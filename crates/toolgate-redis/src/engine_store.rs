@@ -55,6 +55,7 @@ struct OwnedCall {
     tokens: u64,
     count: u64,
     max_wait: Option<Duration>,
+    wait_cap: Option<Duration>,
 }
 
 /// A spawned task that is aborted when its handle is dropped, so that dropping an
@@ -238,6 +239,7 @@ impl OwnedCall {
             tokens: call.token_estimate(),
             count: call.request_count(),
             max_wait: call.max_wait_override(),
+            wait_cap: call.wait_cap(),
         }
     }
 
@@ -246,8 +248,12 @@ impl OwnedCall {
             .with_tenant(self.tenant.as_deref())
             .tokens(self.tokens)
             .count(self.count);
-        match self.max_wait {
+        let c = match self.max_wait {
             Some(w) => c.max_wait(w),
+            None => c,
+        };
+        match self.wait_cap {
+            Some(cap) => c.cap_wait(cap),
             None => c,
         }
     }

@@ -279,7 +279,7 @@ impl RedisGate {
         let steps = plan(&tool, &info)?;
         let waits = tool.on_limit == OnLimit::Wait || info.max_wait.is_some();
         let result = if waits {
-            let max_wait = info.max_wait.unwrap_or(tool.max_wait).min(MAX_WAIT_LIMIT);
+            let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
             g.wait(&tool, call, &steps, max_wait).await
         } else {
             g.decide(&tool, call, &steps, -1, false).await

@@ -60,7 +60,18 @@ pub struct Call<'a> {
     pub(crate) tenant: Option<&'a str>,
     pub(crate) tokens: u64,
     pub(crate) count: u64,
-    pub(crate) max_wait: Option<Duration>,
+    pub(crate) waits: Waits,
+}
+
+/// A call's own bounds on its wait, each stored as nanoseconds plus one (`0`: not
+/// set): its `max_wait` (overriding the tool's) and its cap. Two words where two
+/// `Option<Duration>`s would take four, so that a `Call` stays as small (and as cheap
+/// to build, zeros for "not set") as before the cap: the fast path reads it on every
+/// decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waits {
+    max: u64,
+    cap: u64,
 }
 
 /// How an admitted call ended, as fed to the circuit breaker and adaptive limits.
@@ -212,7 +223,10 @@ impl<'a> Call<'a> {
             tenant: None,
             tokens: 0,
             count: 1,
-            max_wait: None,
+            waits: Waits {
+                max: Waits::NONE,
+                cap: Waits::NONE,
+            },
         }
     }
 
@@ -242,7 +256,16 @@ impl<'a> Call<'a> {
 
     /// Overrides the tool's `max_wait` for this call (wait mode only).
     pub const fn max_wait(mut self, max_wait: Duration) -> Self {
-        self.max_wait = Some(max_wait);
+        self.waits.max = Waits::stored(max_wait);
+        self
+    }
+
+    /// Caps this call's wait at `cap`, whatever its own or its tool's `max_wait`
+    /// (a caller's own deadline, such as a request timeout): a predicted wait beyond
+    /// it is `max_wait_exceeded` at once. Unlike [`Call::max_wait`] it never makes a
+    /// fail-fast tool wait.
+    pub const fn cap_wait(mut self, cap: Duration) -> Self {
+        self.waits.cap = Waits::stored(cap);
         self
     }
 
@@ -268,7 +291,43 @@ impl<'a> Call<'a> {
 
     /// The call's own `max_wait`, if it overrides the tool's.
     pub const fn max_wait_override(&self) -> Option<Duration> {
-        self.max_wait
+        Waits::duration(self.waits.max)
+    }
+
+    /// The cap on this call's wait, if any ([`Call::cap_wait`]).
+    pub const fn wait_cap(&self) -> Option<Duration> {
+        Waits::duration(self.waits.cap)
+    }
+
+    /// The longest this call may wait on a tool whose `max_wait` is `tool_max_wait`:
+    /// its own `max_wait` or the tool's, at most its cap.
+    pub fn wait_limit(&self, tool_max_wait: Duration) -> Duration {
+        let limit = self.max_wait_override().unwrap_or(tool_max_wait);
+        self.wait_cap().map_or(limit, |cap| limit.min(cap))
+    }
+}
+
+// === impl Waits ===
+
+impl Waits {
+    /// Not set.
+    const NONE: u64 = 0;
+
+    /// `d` stored: its nanoseconds plus one, saturating past 584 years.
+    const fn stored(d: Duration) -> u64 {
+        let n = d.as_nanos();
+        if n >= u64::MAX as u128 {
+            u64::MAX
+        } else {
+            n as u64 + 1
+        }
+    }
+
+    const fn duration(stored: u64) -> Option<Duration> {
+        match stored.checked_sub(1) {
+            Some(n) => Some(Duration::from_nanos(n)),
+            None => None,
+        }
     }
 }
 

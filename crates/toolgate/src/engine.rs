@@ -287,7 +287,7 @@ impl Engine {
             Ok(t) => t,
             Err(unknown) => return unknown,
         };
-        let waits = tool.on_limit == OnLimit::Wait || call.max_wait.is_some();
+        let waits = tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some();
         self.admit_tool(&tool, call, waits).await
     }
 

@@ -604,9 +604,10 @@ impl Engine {
             // 1. Admission, never waiting past the deadline.
             let mut admit_call = *call;
             if let (Some(at), Some(t)) = (deadline_at, &tool) {
-                if t.on_limit == OnLimit::Wait || call.max_wait.is_some() {
+                let own = call.max_wait_override();
+                if t.on_limit == OnLimit::Wait || own.is_some() {
                     let left = Duration::from_nanos(at.saturating_sub(clock.now()));
-                    admit_call.max_wait = Some(call.max_wait.unwrap_or(t.max_wait).min(left));
+                    admit_call = admit_call.max_wait(own.unwrap_or(t.max_wait).min(left));
                 }
             }
             let permit = match self.admit(&admit_call).await {

@@ -395,7 +395,7 @@ impl ToolRuntime {
         let core = &*self.core;
         let clock = &*core.clock;
         let start = clock.now();
-        let max_wait = call.max_wait.unwrap_or(self.max_wait).min(MAX_WAIT_LIMIT);
+        let max_wait = call.wait_limit(self.max_wait).min(MAX_WAIT_LIMIT);
         let deadline = start.saturating_add(nanos(max_wait));
         let quota: Arc<str> = first.rejection.quota().into();
         let reject = |reason, retry: Option<Nanos>| {

@@ -8,21 +8,22 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Reloads, keeping the state of unchanged quotas; an invalid config is refused with
-/// its errors and the old one stays in force. Needs an admin token when auth is on.
+/// Reloads, keeping the state of unchanged quotas: `200 {"reloaded": true, "tools": n}`
+/// (plus `"needs_restart": [keys]` when settings fixed at start changed). A config
+/// that is invalid or breaks a reload rule is refused with its errors and the old one
+/// stays in force. Needs an admin token when auth is on. Logged by
+/// [`AppState::reload_report`].
 pub async fn reload(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
-    match state.reload() {
-        Ok(tools) => {
-            tracing::info!(tools, "config reloaded");
-            Ok(Json(json!({"reloaded": true, "tools": tools})))
-        }
-        Err(e) => {
-            tracing::warn!(errors = e.0.len(), "config reload refused");
-            Err(ApiError::InvalidConfig(e.0))
-        }
+    let r = state
+        .reload_report()
+        .map_err(|e| ApiError::InvalidConfig(e.0))?;
+    let mut body = json!({"reloaded": true, "tools": r.tools});
+    if !r.needs_restart.is_empty() {
+        body["needs_restart"] = json!(r.needs_restart);
     }
+    Ok(Json(body))
 }

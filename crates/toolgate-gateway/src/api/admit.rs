@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use toolgate::{Call, Rejection};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::leases::{Id, NewLease};
@@ -25,7 +26,7 @@ pub struct AdmitRequest {
     tenant: Option<String>,
     cost: Option<Cost>,
     max_wait_ms: Option<u64>,
-    #[allow(dead_code)]
+    /// Checked for length only: admit does not deduplicate by it.
     idempotency_key: Option<String>,
 }
 
@@ -48,32 +49,39 @@ pub struct Cost {
 }
 
 /// Admits a call; the client disconnecting while it waits drops this future, which
-/// gives its place up without consuming anything.
+/// gives its place up without consuming anything. The lease's place is taken first:
+/// a call that would pass a lease cap is refused (429 `too_many_leases`) unadmitted.
 pub async fn admit(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(req): JsonBody<AdmitRequest>,
 ) -> Result<Response, ApiError> {
-    if req.tool.is_empty() {
-        return Err(ApiError::InvalidRequest("tool: must not be empty".into()));
-    }
+    let limits = state.live().settings.limits;
+    check(&req, limits.max_id_length)?;
     let tenant = caller.tenant_for(req.tenant)?;
+    let mut places = state
+        .leases()
+        .places(tenant.as_deref(), 1, (&limits).into())?;
     let mut call = Call::new(&req.tool)
         .with_tenant(tenant.as_deref())
-        .tokens(req.cost.map_or(0, |c| c.tokens));
+        .tokens(req.cost.map_or(0, |c| c.tokens))
+        .cap_wait(wait_cap(&state));
     if let Some(ms) = req.max_wait_ms {
-        call = call.max_wait(clamp_wait(&state, ms));
+        call = call.max_wait(Duration::from_millis(ms));
     }
     match state.engine().admit(&call).await {
         Ok(permit) => {
             let live = state.live();
             let waited_ms = permit.waited().as_millis();
-            let lease = state.leases().insert(NewLease {
-                permit,
-                tenant: tenant.as_deref(),
-                ttl: live.settings.lease_ttl,
-                reservation: None,
-            });
+            let lease = state.leases().insert(
+                &mut places,
+                NewLease {
+                    permit,
+                    tool: &req.tool,
+                    ttl: live.settings.lease_ttl,
+                    reservation: None,
+                },
+            );
             let mut res = admitted_body(&lease, waited_ms);
             let (h, engine) = (res.headers_mut(), state.engine());
             if live.settings.ratelimit_remaining {
@@ -86,6 +94,18 @@ pub async fn admit(
         }
         Err(r) => Ok(rejected(&state, &r, tenant.as_deref())),
     }
+}
+
+/// Checks the request's ids and numbers against their bounds.
+fn check(req: &AdmitRequest, max_id: usize) -> Result<(), ApiError> {
+    if req.tool.is_empty() {
+        return Err(ApiError::InvalidRequest("tool: must not be empty".into()));
+    }
+    bounds::id("tool", &req.tool, max_id)?;
+    bounds::opt_id("tenant", req.tenant.as_deref(), max_id)?;
+    bounds::opt_id("idempotency_key", req.idempotency_key.as_deref(), max_id)?;
+    let tokens = req.cost.as_ref().map(|c| c.tokens);
+    bounds::number("cost.tokens", tokens, bounds::MAX_TOKENS)
 }
 
 /// The 200 answer, `{"admitted":true,"lease":"<id>","waited_ms":<ms>}` (as serde_json
@@ -110,13 +130,15 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
     res
 }
 
-/// A wait is bounded by the request timeout, so an over-long wait is refused at once
-/// with `max_wait_exceeded` rather than cut off later.
-pub fn clamp_wait(state: &AppState, ms: u64) -> Duration {
-    let cap = state
-        .request_timeout()
-        .saturating_sub(Duration::from_millis(100));
-    Duration::from_millis(ms).min(cap)
+/// How much shorter than the request timeout a wait is capped.
+pub const WAIT_MARGIN: Duration = Duration::from_millis(100);
+
+/// The cap on every wait of a request: the request timeout less [`WAIT_MARGIN`],
+/// whatever the tool's `max_wait` or the request's `max_wait_ms`, so that a wait that
+/// would outlast the request is refused at once with `max_wait_exceeded` rather than
+/// cut off by the timeout.
+pub fn wait_cap(state: &AppState) -> Duration {
+    state.request_timeout().saturating_sub(WAIT_MARGIN)
 }
 
 /// The 429 answer to a rejection, with `Retry-After` (whole seconds, rounded up)

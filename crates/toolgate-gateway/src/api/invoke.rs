@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use toolgate::{AttemptResult, Call, ExecuteError, RunFailure, RunOptions, StopReason};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::upstream::{self, Failure, Success};
@@ -42,6 +43,10 @@ pub async fn invoke(
     tool: String,
     req: InvokeRequest,
 ) -> Result<Response, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::id("tool", &tool, max_id)?;
+    bounds::opt_id("tenant", req.tenant.as_deref(), max_id)?;
+    bounds::opt_id("idempotency_key", req.idempotency_key.as_deref(), max_id)?;
     let tenant = caller.tenant_for(req.tenant)?;
     let up = state.live().upstreams.get(&tool).cloned().ok_or_else(|| {
         match state.engine().tool_state(&tool, None) {
@@ -54,10 +59,16 @@ pub async fn invoke(
     })?;
     up.check_arguments(&req.arguments)
         .map_err(ApiError::InvalidArguments)?;
-    let mut call = Call::new(&tool).with_tenant(tenant.as_deref());
+    let mut call = Call::new(&tool)
+        .with_tenant(tenant.as_deref())
+        .cap_wait(super::admit::wait_cap(&state));
     if let Some(ms) = req.max_wait_ms {
-        call = call.max_wait(super::admit::clamp_wait(&state, ms));
+        call = call.max_wait(Duration::from_millis(ms));
     }
+    let max_bytes = up
+        .config
+        .max_response_bytes
+        .unwrap_or(state.live().settings.limits.max_response_bytes);
     let (http, up_ref, args) = (state.http(), &*up, &req.arguments);
     let options = RunOptions::new().with_idempotency_key(req.idempotency_key.as_deref());
     let mut waited = Duration::ZERO;
@@ -68,7 +79,7 @@ pub async fn invoke(
             async move {
                 // Every attempt sends the same `Idempotency-Key`.
                 let (result, limit) =
-                    upstream::execute(http, up_ref, args, ctx.idempotency_key()).await;
+                    upstream::execute(http, up_ref, args, ctx.idempotency_key(), max_bytes).await;
                 let res = match result {
                     Ok(ok) => {
                         let status = ok.status;
@@ -109,6 +120,8 @@ fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
         Failure::Timeout(_) => AttemptResult::timeout(f),
         Failure::Transport(_) => AttemptResult::transport_error(f),
         Failure::Invalid(_) => AttemptResult::invalid(f),
+        // A failure with a 2xx status is terminal: a too-large answer is not transient.
+        Failure::TooLarge(_, status) => AttemptResult::failure(f).status(status),
         Failure::Status(status, _, after) => {
             let res = AttemptResult::failure(f).status(status);
             match after {
@@ -121,14 +134,15 @@ fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
 
 /// The terminal failure of an invocation: the usual `{"error": {"code", "message"}}`
 /// (`upstream_timeout` 504 when the last attempt or the deadline ran out of time,
-/// `invalid_result` or `upstream_error` 502 otherwise), plus why the call stopped,
-/// every attempt and the last status.
+/// `invalid_result`, `upstream_response_too_large` or `upstream_error` 502
+/// otherwise), plus why the call stopped, every attempt and the last status.
 fn failed(f: RunFailure<Failure>) -> Response {
     let timed_out = f.reason == StopReason::DeadlineExceeded
         || matches!(f.error, Some(Failure::Timeout(_)) | None);
     let (status, code) = match &f.error {
         _ if timed_out => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
         Some(Failure::Invalid(_)) => (StatusCode::BAD_GATEWAY, "invalid_result"),
+        Some(Failure::TooLarge(..)) => (StatusCode::BAD_GATEWAY, "upstream_response_too_large"),
         _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
     };
     let message = match (&f.error, f.reason) {

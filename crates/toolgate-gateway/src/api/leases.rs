@@ -8,6 +8,7 @@ use serde::Deserialize;
 use toolgate::{Completion, Outcome};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::state::AppState;
@@ -64,13 +65,17 @@ fn server_limit(req: &CompleteRequest) -> Option<toolgate::shaping::ServerLimit>
 /// `status` of 429 or 503 with a `Retry-After` in `headers` — pauses the tool until
 /// then. `204`, or
 /// `404` for a lease that is unknown, expired, already completed or another
-/// tenant's.
+/// tenant's; `400` (the lease stays open) for an id longer than `max_id_length`, a
+/// `tokens` above 2^53 − 1 or a `latency_ms` above a day.
 pub async fn complete(
     State(state): State<AppState>,
     caller: Caller,
     Path(lease): Path<String>,
     JsonBody(req): JsonBody<CompleteRequest>,
 ) -> Result<StatusCode, ApiError> {
+    bounds::id("lease", &lease, state.live().settings.limits.max_id_length)?;
+    bounds::number("tokens", req.tokens, bounds::MAX_TOKENS)?;
+    bounds::number("latency_ms", req.latency_ms, bounds::MAX_LATENCY_MS)?;
     let outcome: Outcome = req
         .outcome
         .as_deref()

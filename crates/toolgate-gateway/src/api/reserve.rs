@@ -6,6 +6,9 @@
 //! `DELETE /v1/reservations/{id}`, the unused ones are cancelled (`Permit::cancel`):
 //! they never ran, so they record no outcome and give back everything they charged —
 //! concurrency, request-rate and token-budget capacity.
+//!
+//! `ttl_ms` is at most `lease_ttl` (or `[gateway] max_reservation_ttl` when that is
+//! larger), and each unit takes a place under the lease caps before admission.
 
 use std::time::Duration;
 
@@ -17,9 +20,11 @@ use serde_json::json;
 use toolgate::Call;
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::leases::NewLease;
+use crate::settings::Limits;
 use crate::state::AppState;
 
 /// The most leases one reservation may hold.
@@ -52,8 +57,16 @@ pub async fn reserve(
     caller: Caller,
     JsonBody(req): JsonBody<ReserveRequest>,
 ) -> Result<Response, ApiError> {
-    check(&req)?;
+    let (lease_ttl, limits) = {
+        let live = state.live();
+        (live.settings.lease_ttl, live.settings.limits)
+    };
+    let units = check(&req, &limits)?;
+    let ttl = ttl(req.ttl_ms, lease_ttl, &limits)?;
     let tenant = caller.tenant_for(req.tenant)?;
+    let mut places = state
+        .leases()
+        .places(tenant.as_deref(), units, (&limits).into())?;
     let calls: Vec<Call<'_>> = req
         .calls
         .iter()
@@ -64,22 +77,18 @@ pub async fn reserve(
         Ok(p) => p,
         Err(r) => return Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
     };
-    let ttl = req
-        .ttl_ms
-        .map_or(state.live().settings.lease_ttl, Duration::from_millis);
     let reservation = state.leases().new_id();
     let leases: Vec<String> = permits
         .into_iter()
-        .map(|permit| {
-            state
-                .leases()
-                .insert(NewLease {
-                    permit,
-                    tenant: tenant.as_deref(),
-                    ttl,
-                    reservation: Some(reservation),
-                })
-                .to_string()
+        .zip(&calls)
+        .map(|(permit, call)| {
+            let lease = NewLease {
+                permit,
+                tool: call.tool_name(),
+                ttl,
+                reservation: Some(reservation),
+            };
+            state.leases().insert(&mut places, lease).to_string()
         })
         .collect();
     let mut i = 0;
@@ -102,10 +111,12 @@ pub async fn reserve(
     .into_response())
 }
 
-fn check(req: &ReserveRequest) -> Result<(), ApiError> {
+/// Checks the plan; returns its number of units.
+fn check(req: &ReserveRequest, limits: &Limits) -> Result<usize, ApiError> {
     if req.calls.is_empty() {
         return Err(ApiError::InvalidRequest("calls: must not be empty".into()));
     }
+    bounds::opt_id("tenant", req.tenant.as_deref(), limits.max_id_length)?;
     let mut total = 0u64;
     for (i, s) in req.calls.iter().enumerate() {
         if s.tool.is_empty() {
@@ -113,6 +124,7 @@ fn check(req: &ReserveRequest) -> Result<(), ApiError> {
                 "calls[{i}].tool: must not be empty"
             )));
         }
+        bounds::id(&format!("calls[{i}].tool"), &s.tool, limits.max_id_length)?;
         if s.count == 0 {
             return Err(ApiError::InvalidRequest(format!(
                 "calls[{i}].count: must be at least 1"
@@ -125,12 +137,28 @@ fn check(req: &ReserveRequest) -> Result<(), ApiError> {
             "calls: {total} calls in all; a reservation holds at most {MAX_UNITS}"
         )));
     }
-    if req.ttl_ms == Some(0) {
+    Ok(total as usize)
+}
+
+/// The TTL of a reservation's leases: `ttl_ms`, at most the cap, or `lease_ttl`.
+fn ttl(ttl_ms: Option<u64>, lease_ttl: Duration, limits: &Limits) -> Result<Duration, ApiError> {
+    let Some(ms) = ttl_ms else {
+        return Ok(lease_ttl);
+    };
+    let cap = limits.reservation_ttl_cap(lease_ttl);
+    if ms == 0 {
         return Err(ApiError::InvalidRequest(
             "ttl_ms: must be at least 1".into(),
         ));
     }
-    Ok(())
+    if u128::from(ms) > cap.as_millis() {
+        return Err(ApiError::InvalidRequest(format!(
+            "ttl_ms: {ms} is longer than the cap of {} ms (lease_ttl, or [gateway] \
+             max_reservation_ttl when that is larger)",
+            cap.as_millis()
+        )));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// Releases the unused leases of a reservation: `200 {"released": n}`, or `404`.
@@ -139,6 +167,11 @@ pub async fn release(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    bounds::id(
+        "reservation",
+        &id,
+        state.live().settings.limits.max_id_length,
+    )?;
     state
         .leases()
         .release_reservation(&id, caller.tenant.as_deref())

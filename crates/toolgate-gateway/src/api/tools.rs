@@ -2,6 +2,13 @@
 //!
 //! Tool names may contain `/` (`mcp:github/search_issues`), so the tool is the rest
 //! of the path; percent-encoding works too.
+//!
+//! An admin token (or a gateway without auth) sees every figure: the tool's totals
+//! over every tenant, and the partitions of the token's (or `?tenant=`) tenant. A
+//! tenant's token sees its own figures and the limits in force only: its open leases
+//! (in all and per tool), what its partitions have left, and the `available` of
+//! shared quotas (which its `RateLimit` headers and refusals disclose anyway); no
+//! totals of admissions, refusals, calls in flight or waiting, partitions or leases.
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -11,7 +18,9 @@ use toolgate::config::{Mode, OnLimit};
 use toolgate::{QuotaState, ToolState};
 
 use crate::auth::Caller;
+use crate::bounds;
 use crate::error::ApiError;
+use crate::leases::Held;
 use crate::state::AppState;
 
 /// `?tenant=` (only without auth; with auth the token's tenant is used).
@@ -26,25 +35,35 @@ pub async fn list(
     caller: Caller,
     Query(q): Query<TenantQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_for(q.tenant)?;
     let engine = state.engine();
-    let tools: Vec<Value> = match tenant.as_deref() {
-        None => engine.tool_states().iter().map(to_json).collect(),
+    let states: Vec<ToolState> = match tenant.as_deref() {
+        None => engine.tool_states(),
         Some(t) => engine
             .tool_states()
             .iter()
             .filter_map(|s| engine.tool_state(&s.tool, Some(t)))
-            .map(|s| to_json(&s))
             .collect(),
     };
     // On a shared store the quotas live there; the counters here are this replica's.
     let store = engine.store().map_or("memory", |s| s.name());
-    Ok(Json(json!({
-        "tools": tools,
-        "leases": state.leases().len(),
-        "tenant": tenant,
-        "store": store,
-    })))
+    let body = match own_view(&state, &caller) {
+        Some(held) => json!({
+            "tools": states.iter().map(|s| tenant_json(s, &held)).collect::<Vec<_>>(),
+            "leases": held.by_tool.values().sum::<usize>(),
+            "tenant": tenant,
+            "store": store,
+        }),
+        None => json!({
+            "tools": states.iter().map(to_json).collect::<Vec<_>>(),
+            "leases": state.leases().len(),
+            "tenant": tenant,
+            "store": store,
+        }),
+    };
+    Ok(Json(body))
 }
 
 /// One tool.
@@ -54,11 +73,13 @@ pub async fn get(
     Path(tool): Path<String>,
     Query(q): Query<TenantQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let max_id = state.live().settings.limits.max_id_length;
+    bounds::id("tool", &tool, max_id)?;
+    bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_for(q.tenant)?;
-    state
+    let s = state
         .engine()
         .tool_state(&tool, tenant.as_deref())
-        .map(|s| Json(to_json(&s)))
         .ok_or_else(|| match tool.strip_suffix("/invoke") {
             // `/v1/tools/{tool}/invoke` exists, for POST only.
             Some(t) if !t.is_empty() => ApiError::MethodNotAllowed(
@@ -66,7 +87,20 @@ pub async fn get(
                 "POST",
             ),
             _ => unknown(&tool),
-        })
+        })?;
+    Ok(Json(match own_view(&state, &caller) {
+        Some(held) => tenant_json(&s, &held),
+        None => to_json(&s),
+    }))
+}
+
+/// What a tenant's (non-admin) token may see of the leases: its own; `None` for an
+/// admin token or a gateway without auth, which see everything.
+fn own_view(state: &AppState, caller: &Caller) -> Option<Held> {
+    match (&caller.tenant, caller.admin) {
+        (Some(t), false) => Some(state.leases().held_by(t)),
+        _ => None,
+    }
 }
 
 /// The 404 of a tool without a policy.
@@ -78,13 +112,10 @@ pub fn unknown(tool: &str) -> ApiError {
 /// `circuit` is the breaker's state (`closed` for a tool without one) and
 /// `adaptive_limit` the learnt concurrency limit (`null` without `[adaptive]`).
 pub fn to_json(s: &ToolState) -> Value {
-    let own_rate = s
-        .quotas
-        .iter()
-        .find(|q| matches!(q.kind, "rate" | "sliding") && q.quota.starts_with("tools."));
+    let own_rate = own_rate(s);
     json!({
         "tool": s.tool,
-        "on_limit": match s.on_limit { OnLimit::Wait => "wait", _ => "reject" },
+        "on_limit": on_limit(s.on_limit),
         "tokens_left": own_rate.and_then(|q| q.available),
         "capacity": own_rate.map(|q| q.capacity),
         "in_flight": s.in_flight,
@@ -98,6 +129,57 @@ pub fn to_json(s: &ToolState) -> Value {
     })
 }
 
+/// A tool's state as a tenant's token sees it: the limits in force, what its own
+/// partitions (and the shared quotas) have left, and its own open leases on the tool
+/// (`leases`); none of the tool's totals.
+fn tenant_json(s: &ToolState, held: &Held) -> Value {
+    let own_rate = own_rate(s);
+    let quotas: Vec<Value> = s
+        .quotas
+        .iter()
+        .map(|q| {
+            json!({
+                "quota": q.quota,
+                "kind": q.kind,
+                "capacity": q.capacity,
+                "available": q.available,
+                "mode": mode(q.mode),
+            })
+        })
+        .collect();
+    json!({
+        "tool": s.tool,
+        "on_limit": on_limit(s.on_limit),
+        "tokens_left": own_rate.and_then(|q| q.available),
+        "capacity": own_rate.map(|q| q.capacity),
+        "leases": held.by_tool.get(s.tool.as_str()).copied().unwrap_or(0),
+        "circuit": s.circuit.map_or("closed", |c| c.as_str()),
+        "adaptive_limit": s.adaptive_limit,
+        "quotas": quotas,
+    })
+}
+
+/// The tool's own request-rate quota.
+fn own_rate(s: &ToolState) -> Option<&QuotaState> {
+    s.quotas
+        .iter()
+        .find(|q| matches!(q.kind, "rate" | "sliding") && q.quota.starts_with("tools."))
+}
+
+fn on_limit(o: OnLimit) -> &'static str {
+    match o {
+        OnLimit::Wait => "wait",
+        _ => "reject",
+    }
+}
+
+fn mode(m: Mode) -> &'static str {
+    match m {
+        Mode::Shadow => "shadow",
+        _ => "enforce",
+    }
+}
+
 fn quota_json(q: &QuotaState) -> Value {
     json!({
         "quota": q.quota,
@@ -106,6 +188,6 @@ fn quota_json(q: &QuotaState) -> Value {
         "available": q.available,
         "waiters": q.waiters,
         "partitions": q.partitions,
-        "mode": match q.mode { Mode::Shadow => "shadow", _ => "enforce" },
+        "mode": mode(q.mode),
     })
 }

@@ -232,32 +232,71 @@ max_wait = "10s"
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_cut_off_by_the_request_timeout_leaves_no_trace() {
+async fn a_concurrency_wait_ends_before_the_request_timeout_and_leaves_no_trace() {
     let s = start(SHORT_REQUESTS).await;
     let _held = s.admit("slot").await;
     let t = Instant::now();
     let r = s.admit("slot").await;
-    assert_eq!(r.status, 503, "{r:?}");
-    assert_eq!(r.body["error"]["code"], "timeout");
-    assert!(
-        r.body["error"]["message"]
-            .as_str()
-            .expect("message")
-            .contains("300ms request timeout"),
-        "{r:?}"
-    );
-    assert!(t.elapsed() < Duration::from_secs(5));
-    eventually("the waiter left", SOON, || async {
-        s.tool("slot").waiting == 0
-    })
-    .await;
+    // The wait is capped 100 ms below the 300 ms request timeout: an unpredictable
+    // (concurrency) wait ends with its refusal, not with the request cut off.
+    assert_eq!(r.status, 429, "{r:?}");
+    assert_eq!(r.body["reason"], "concurrency_limited");
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(s.tool("slot").waiting, 0, "the waiter left");
     let st = s.tool("slot");
     assert_eq!((st.admitted, st.in_flight), (1, 1), "{st:?}");
 
-    // An explicit max_wait_ms is clamped below the request timeout, so it is refused
-    // by the engine rather than cut off.
+    // An explicit max_wait_ms is capped the same way.
     let r = s
         .post("/v1/admit", json!({"tool": "slot", "max_wait_ms": 60_000}))
         .await;
     assert_eq!(r.status, 429, "{r:?}");
+}
+
+/// Issue #13, item 9: a tool's `max_wait` beyond the request timeout.
+const LONG_MAX_WAIT: &str = r#"
+[gateway]
+request_timeout = "1s"
+
+[tools.slow]
+rate = "12/min"
+burst = 1
+on_limit = "wait"
+max_wait = "20s"
+
+[tools.slow.upstream]
+url = "http://127.0.0.1:9/never-reached"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_max_wait_beyond_the_request_timeout_is_refused_at_once() {
+    let s = start(LONG_MAX_WAIT).await;
+    assert_eq!(s.admit("slow").await.status, 200);
+    // The next slot is 5 s away: within the tool's 20 s, beyond the request's 1 s.
+    let refused_at_once = |r: &crate::support::Res, t: Instant| {
+        assert_eq!(r.status, 429, "{r:?}");
+        assert_eq!(r.body["reason"], "max_wait_exceeded", "{r:?}");
+        let after = r.body["retry_after_ms"].as_u64().expect("retry_after_ms");
+        assert!((4_000..=5_000).contains(&after), "{r:?}");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    };
+    let t = Instant::now();
+    refused_at_once(&s.admit("slow").await, t);
+    let t = Instant::now();
+    let r = s
+        .post("/v1/admit", json!({"tool": "slow", "max_wait_ms": 30_000}))
+        .await;
+    refused_at_once(&r, t);
+    let t = Instant::now();
+    let r = s
+        .post("/v1/tools/slow/invoke", json!({"arguments": {}}))
+        .await;
+    refused_at_once(&r, t);
+    assert_eq!(s.tool("slow").waiting, 0);
 }

@@ -440,6 +440,31 @@ pub async fn a_cancelled_waiter_gives_its_time_back<F: Factory>(f: &F) {
     drop(first);
 }
 
+/// A wait cap (a caller's own deadline, issue #13 item 9) bounds the tool's
+/// `max_wait`: a longer predicted wait is refused at once, charging nothing.
+pub async fn a_wait_cap_refuses_a_longer_wait_at_once<F: Factory>(f: &F) {
+    let b = f
+        .make("[tools.w]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"")
+        .await;
+    let first = b.admit(&Call::new("w")).await.expect("immediate");
+    let capped = Call::new("w").cap_wait(50 * MS);
+    // Bounded in real time: a call that ignored its cap would sleep on the manual clock.
+    let no = tokio::time::timeout(Duration::from_secs(5), b.admit(&capped))
+        .await
+        .expect("refused at once, not left waiting")
+        .expect_err("the next slot is 100 ms away, beyond the cap");
+    assert_eq!(
+        why(&no),
+        (Reason::MaxWaitExceeded, "tools.w.rate", Some(100 * MS))
+    );
+    b.clock().advance(100 * MS);
+    assert!(
+        b.try_admit(&Call::new("w")).await.is_ok(),
+        "nothing charged"
+    );
+    drop(first);
+}
+
 /// Instantiates every case of the suite for one factory expression.
 #[macro_export]
 macro_rules! semantic_suite {
@@ -461,6 +486,7 @@ macro_rules! semantic_suite {
             a_late_give_back_never_refunds_wasted_refill,
             a_reported_token_count_owes_at_most_one_burst,
             a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it,
+            a_wait_cap_refuses_a_longer_wait_at_once,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -492,4 +518,5 @@ pub async fn all<F: Factory>(f: &F) {
     a_late_give_back_never_refunds_wasted_refill(f).await;
     a_reported_token_count_owes_at_most_one_burst(f).await;
     a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it(f).await;
+    a_wait_cap_refuses_a_longer_wait_at_once(f).await;
 }

@@ -43,7 +43,7 @@ pub use duration::{Rate, MAX_COUNT};
 pub use error::{ConfigError, ConfigErrors};
 pub use resilience::{
     AdaptiveAlgorithm, AdaptiveConfig, CircuitConfig, CircuitWindow, OnDegraded, OnStoreError,
-    RetryConfig, StoreConfig, UpstreamConfig,
+    RetryConfig, StoreConfig, UpstreamConfig, MAX_RESPONSE_BYTES,
 };
 
 pub(crate) use duration::format_duration;

@@ -117,6 +117,9 @@ pub enum AdaptiveAlgorithm {
     Gradient,
 }
 
+/// The largest `[tools.X.upstream] max_response_bytes`: 1 GiB.
+pub const MAX_RESPONSE_BYTES: u64 = 1 << 30;
+
 /// `[tools.X.upstream]`: where the gateway sends a call it executes itself.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -133,6 +136,9 @@ pub struct UpstreamConfig {
     pub arguments_schema: Option<Value>,
     /// JSON Schema the upstream's result must satisfy.
     pub result_schema: Option<Value>,
+    /// Largest answer body read, in bytes (1 to [`MAX_RESPONSE_BYTES`]); `None`: the
+    /// gateway's `max_response_bytes`.
+    pub max_response_bytes: Option<u64>,
 }
 
 /// `[store]`: where quota state lives.
@@ -376,6 +382,7 @@ pub(super) fn upstream(s: &mut Section<'_, '_>) -> Option<UpstreamConfig> {
     };
     let arguments_schema = s.get_with("arguments_schema", schema);
     let result_schema = s.get_with("result_schema", schema);
+    let max_response_bytes = s.get_with("max_response_bytes", |v| int_in(v, 1, MAX_RESPONSE_BYTES));
     Some(UpstreamConfig {
         url: url?,
         method,
@@ -383,6 +390,7 @@ pub(super) fn upstream(s: &mut Section<'_, '_>) -> Option<UpstreamConfig> {
         headers,
         arguments_schema,
         result_schema,
+        max_response_bytes,
     })
 }
 

@@ -39,6 +39,8 @@ fn every_invalid_value_is_reported_with_its_path() {
         ("[tools.t.adaptive]\nalgorithm = \"vegas\"", "tools.t.adaptive.algorithm: \"vegas\": expected one of \"aimd\", \"gradient\""),
         ("[tools.t.upstream]\nmethod = \"GET\"", "tools.t.upstream.url: missing: an upstream needs a url"),
         ("[tools.t.upstream]\nurl = \"ftp://x\"", "tools.t.upstream.url: \"ftp://x\": must be an http:// or https:// URL"),
+        ("[tools.t.upstream]\nurl = \"http://x\"\nmax_response_bytes = 0", "tools.t.upstream.max_response_bytes: 0: must be at least 1"),
+        ("[tools.t.upstream]\nurl = \"http://x\"\nmax_response_bytes = 1073741825", "tools.t.upstream.max_response_bytes: 1073741825: must be at most 1073741824"),
         ("[store]\nurl = \"mongodb://x\"", "store.url: \"mongodb://x\": expected \"memory\" or a redis:// URL"),
         ("[tools.t]\nrate = \"2/s\"\nburst = 3\n[tools.t]", "invalid TOML: TOML parse error at line 4, column 8\n  |\n4 | [tools.t]\n  |        ^\nduplicate key\n"),
     ];

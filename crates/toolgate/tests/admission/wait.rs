@@ -275,3 +275,43 @@ async fn waiting_on_the_system_clock_sleeps_until_the_conforming_time() {
     assert_eq!(waited, [Duration::ZERO, ms(100), ms(100), ms(100)]);
     assert_eq!(start.elapsed(), ms(300));
 }
+
+#[test]
+fn a_wait_cap_bounds_the_tools_and_the_calls_max_wait_and_never_makes_a_call_wait() {
+    // Issue #13, item 9: the gateway caps every wait below its request timeout.
+    let (engine, clock) = engine(&WAIT.replace("max_wait = \"1s\"", "max_wait = \"20s\""));
+    let call = Call::new("search");
+    let _p = engine.try_admit(&call).unwrap();
+    // The next slot is 100 ms away: within the tool's 20 s, beyond a 50 ms cap.
+    for capped in [
+        call.cap_wait(ms(50)),
+        call.max_wait(ms(30_000)).cap_wait(ms(50)),
+    ] {
+        let mut t = task::spawn(engine.admit(&capped));
+        let r = assert_ready!(t.poll()).unwrap_err();
+        assert_eq!(r.reason().as_str(), "max_wait_exceeded");
+        assert_eq!(r.retry_after(), Some(ms(100)));
+    }
+    assert_eq!(clock.now(), 0, "refused without sleeping");
+    assert_eq!(call.cap_wait(ms(50)).wait_limit(ms(20_000)), ms(50));
+    assert_eq!(
+        call.cap_wait(ms(50)).wait_limit(ms(10)),
+        ms(10),
+        "a cap only lowers"
+    );
+    // A cap within the wait lets it wait as usual.
+    let within = call.cap_wait(ms(150));
+    let mut t = task::spawn(engine.admit(&within));
+    assert_pending!(t.poll());
+    clock.advance(ms(100));
+    assert!(assert_ready!(t.poll()).is_ok());
+
+    // On a fail-fast tool a cap does not make the call wait.
+    let reject = WAIT.replace("on_limit = \"wait\"", "on_limit = \"reject\"");
+    let (fast, _clock) = crate::support::engine(&reject);
+    let _p = fast.try_admit(&call).unwrap();
+    let capped = call.cap_wait(ms(1_000));
+    let mut t = task::spawn(fast.admit(&capped));
+    let r = assert_ready!(t.poll()).unwrap_err();
+    assert_eq!(r.reason().as_str(), "rate_limited");
+}
