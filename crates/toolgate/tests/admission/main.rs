@@ -6,6 +6,7 @@ mod adaptive;
 mod circuit;
 mod config;
 mod demo;
+mod pauses;
 mod quotas;
 mod reload;
 mod retry;
