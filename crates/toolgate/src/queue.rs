@@ -106,8 +106,8 @@ impl Scheduler {
 
     /// Registers a waiter under `seq` (from [`Scheduler::next_seq`], after the
     /// reservations made with it).
-    pub(crate) fn insert(&mut self, seq: u64, w: Waiter) {
-        self.pending.insert(seq, Pend::Waiter(Box::new(w)));
+    pub(crate) fn insert(&mut self, seq: u64, w: Box<Waiter>) {
+        self.pending.insert(seq, Pend::Waiter(w));
     }
 
     /// Takes the waiter registered under `seq` out (it is admitted, or reserves anew).

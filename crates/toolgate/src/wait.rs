@@ -230,7 +230,7 @@ impl ToolRuntime {
             guard.armed = false;
             return Err(r.into());
         }
-        sched.remove(guard.seq);
+        let registered = sched.remove(guard.seq);
         guard.armed = false;
         self.recheck_circuit(now, probe)?;
         sched.collect_debts(now);
@@ -254,7 +254,8 @@ impl ToolRuntime {
             .iter()
             .map(|s| (s.quota.clone(), s.cell.get().clone(), s.cost))
             .collect();
-        let mut w = Waiter::queued(self.clone(), want.key, want.deadline);
+        let mut w = registered
+            .unwrap_or_else(|| Box::new(Waiter::queued(self.clone(), want.key, want.deadline)));
         (w.steps, w.reserved, w.slot) = (steps, true, guard.slot.clone());
         (w.not_before, w.spread) = (paused, spread);
         sched.insert(seq, w);
@@ -418,7 +419,7 @@ fn give_back(core: &Core, rate: &[&Step<'_>], at: Nanos) {
 impl<'a> WaitGuard<'a> {
     /// Registers a call that starts waiting.
     fn enqueue(core: &'a Core, tool: &Arc<ToolRuntime>, key: Option<u64>, deadline: Nanos) -> Self {
-        let w = Waiter::queued(tool.clone(), key, deadline);
+        let w = Box::new(Waiter::queued(tool.clone(), key, deadline));
         let slot = w.slot.clone();
         let mut sched = core.sched.lock();
         let seq = sched.next_seq();
