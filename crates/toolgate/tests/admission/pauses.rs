@@ -101,7 +101,11 @@ fn a_rate_limit_reset_of_u64_max_pauses_or_spreads_for_at_most_max_pause() {
 
 #[test]
 fn through_engine_run_the_pause_is_bounded_too() {
-    let (engine, _clock) = engine("[tools.t]\nrate = \"100/s\"\nmax_pause = \"2m\"");
+    // max_retry_after (60 s by default) is shorter than the bounded pause: the call
+    // ends at once, as `retry_after_too_long`.
+    let (engine, _clock) = engine(
+        "[tools.t]\nrate = \"100/s\"\nidempotent = true\nmax_pause = \"2m\"\n[tools.t.retry]",
+    );
     let call = Call::new("t");
     let out = match task::spawn(engine.run(&call, RunOptions::new(), |_| async {
         AttemptResult::<(), _>::failure("busy")
@@ -113,13 +117,45 @@ fn through_engine_run_the_pause_is_bounded_too() {
         Poll::Ready(out) => out,
         Poll::Pending => panic!("the attempt is ready at once"),
     };
-    assert!(out.is_err());
+    match out {
+        // What the failure tells the caller (the gateway's `retry_after_ms`) is the
+        // tool's pause, not the upstream's centuries.
+        Err(toolgate::ExecuteError::Tool(f)) => {
+            assert_eq!(f.reason, toolgate::StopReason::RetryAfterTooLong);
+            assert_eq!(f.retry_after, Some(Duration::from_secs(120)));
+        }
+        other => panic!("expected the call to fail, got {other:?}"),
+    }
     assert_rejected(
         engine.try_admit(&call),
         "rate_limited",
         "tools.t.retry_after",
         Some(Duration::from_secs(120)),
     );
+}
+
+#[test]
+fn through_engine_run_a_retry_comes_when_the_bounded_pause_ends() {
+    let (engine, clock) = engine(
+        "[tools.t]\nrate = \"100/s\"\nidempotent = true\nmax_pause = \"2m\"\n\
+         [tools.t.retry]\nmax_retry_after = \"10m\"\ndeadline = \"1h\"",
+    );
+    let call = Call::new("t");
+    let mut run = task::spawn(engine.run(&call, RunOptions::new(), |ctx| async move {
+        if ctx.number() == 1 {
+            AttemptResult::failure("busy")
+                .status(503)
+                .retry_after_header(YEAR_9999)
+        } else {
+            AttemptResult::<_, &str>::success(ctx.number())
+        }
+    }));
+    assert_pending!(run.poll());
+    clock.advance(Duration::from_secs(120) - Duration::from_nanos(1));
+    assert_pending!(run.poll());
+    clock.advance(Duration::from_nanos(1));
+    let out = assert_ready!(run.poll()).unwrap();
+    assert_eq!(out.value, 2);
 }
 
 #[cfg(feature = "tower")]
