@@ -337,85 +337,24 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Permit, Denied> {
-        self.pause_gate(now)?;
-        let spread = self.spread_gate(now)?;
+        self.pause_gate(now, call.tenant)?;
+        let spread = self.spread_gate(now, call.tenant)?;
         let probe = self
             .circuit_gate(now)
-            .inspect_err(|_| self.stats.unspread(spread))?;
+            .inspect_err(|_| self.unspread(spread))?;
         match self.try_quotas(call, now) {
             Ok(mut permit) => {
                 permit.set_probe(probe);
+                permit.set_tenant(self.tenant_key(call.tenant));
                 Ok(permit)
             }
             Err(d) => {
                 if probe {
                     self.cancel_probe();
                 }
-                self.stats.unspread(spread);
+                self.unspread(spread);
                 Err(d)
             }
-        }
-    }
-
-    /// While the upstream's low remaining capacity is spread over its reset window,
-    /// takes this call's slot or says when the next one is free.
-    pub(crate) fn spread_gate(&self, now: Nanos) -> Result<Option<(u64, u64)>, Denied> {
-        self.stats.spread_claim(now).map_err(|next| Denied {
-            rejection: Rejection::new(
-                self.name.clone(),
-                self.spread_path.clone(),
-                Reason::RateLimited,
-                Some(Duration::from_nanos(next - now)),
-            ),
-            at: next,
-            can_wait: true,
-            stale: false,
-        })
-    }
-
-    /// Refuses calls while the upstream's `Retry-After` pause lasts. Waiting calls may
-    /// wait it out: its end is known.
-    pub(crate) fn pause_gate(&self, now: Nanos) -> Result<(), Denied> {
-        let until = self
-            .stats
-            .paused_until
-            .load(std::sync::atomic::Ordering::Acquire);
-        if until <= now {
-            return Ok(());
-        }
-        Err(Denied {
-            rejection: Rejection::new(
-                self.name.clone(),
-                self.pause_path.clone(),
-                Reason::RateLimited,
-                Some(Duration::from_nanos(until - now)),
-            ),
-            at: until,
-            can_wait: true,
-            stale: false,
-        })
-    }
-
-    /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go
-    /// ahead, or a `circuit_open` denial.
-    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denied> {
-        let Some(b) = &self.breaker else {
-            return Ok(false);
-        };
-        match b.gate(now) {
-            crate::circuit::Gate::Pass => Ok(false),
-            crate::circuit::Gate::Probe => Ok(true),
-            crate::circuit::Gate::Reject(retry) => Err(Denied {
-                rejection: Rejection::new(
-                    self.name.clone(),
-                    self.circuit_path.clone(),
-                    Reason::CircuitOpen,
-                    Some(retry),
-                ),
-                at: now,
-                can_wait: false,
-                stale: false,
-            }),
         }
     }
 
@@ -432,6 +371,18 @@ impl ToolRuntime {
     /// counts it out; what the permit held is released by then.
     #[inline(always)]
     pub(crate) fn end_call(&self, completion: Option<Completion>, probe: bool) {
+        self.end_call_for(completion, probe, None);
+    }
+
+    /// [`ToolRuntime::end_call`] of a call of the tenant whose key is `tenant` (see
+    /// [`ToolRuntime::tenant_key`]).
+    #[inline(always)]
+    pub(crate) fn end_call_for(
+        &self,
+        completion: Option<Completion>,
+        probe: bool,
+        tenant: Option<std::num::NonZeroU64>,
+    ) {
         match &completion {
             // Dropped without an outcome: nothing to record.
             None if !probe => self.stats.on_finish(),
@@ -447,12 +398,17 @@ impl ToolRuntime {
             {
                 self.stats.on_finish();
             }
-            _ => self.end_call_with(completion, probe),
+            _ => self.end_call_with(completion, probe, tenant),
         }
     }
 
     #[inline(never)]
-    fn end_call_with(&self, completion: Option<Completion>, probe: bool) {
+    fn end_call_with(
+        &self,
+        completion: Option<Completion>,
+        probe: bool,
+        tenant: Option<std::num::NonZeroU64>,
+    ) {
         let Some(c) = completion else {
             // Dropped without an outcome: a probe slot to free.
             if probe {
@@ -461,14 +417,8 @@ impl ToolRuntime {
             self.stats.on_finish();
             return;
         };
-        let core = &self.core;
-        if let Some(s) = c.server_limit {
-            self.stats.server_limit(core.clock.now(), s);
-        }
-        if let Some(after) = c.retry_after {
-            let now = core.clock.now();
-            self.stats
-                .pause_until(now, now.saturating_add(crate::clock::nanos(after)));
+        if c.server_limit.is_some() || c.retry_after.is_some() {
+            self.hear(&c, tenant.map(std::num::NonZeroU64::get));
         }
         if let Some((a, quota)) = &self.adaptive {
             if let Some(limit) = a.record(c.outcome, c.latency) {
@@ -476,7 +426,9 @@ impl ToolRuntime {
             }
         }
         if let Some(b) = &self.breaker {
-            b.record(c.outcome, c.latency, probe, core.clock.now());
+            if b.record(c.outcome, c.latency, probe, self.core.clock.now()) {
+                self.breaker_closed();
+            }
         }
         self.stats.on_finish();
     }

@@ -233,14 +233,29 @@ impl Breaker {
         }
     }
 
-    /// Records how an admitted call ended.
+    /// Records how an admitted call ended. True when that made the breaker refuse
+    /// calls it let through before (it tripped open, or turned degraded with
+    /// `on_degraded = "reject"`): calls waiting for admission must hear of it.
     pub(crate) fn record(
         &self,
         outcome: Outcome,
         latency: Option<Duration>,
         probe: bool,
         now: Nanos,
-    ) {
+    ) -> bool {
+        let before = self.state();
+        self.take(outcome, latency, probe, now);
+        let after = self.state();
+        let refuses = match after {
+            CircuitState::Open => true,
+            CircuitState::Degraded => self.config.on_degraded == OnDegraded::Reject,
+            CircuitState::Closed | CircuitState::HalfOpen => false,
+        };
+        refuses && after != before
+    }
+
+    /// Takes in an outcome (see [`Breaker::record`]).
+    fn take(&self, outcome: Outcome, latency: Option<Duration>, probe: bool, now: Nanos) {
         let slow = matches!((self.config.slow_call, latency), (Some(limit), Some(l)) if l >= limit);
         let failed = matches!(outcome, Outcome::Error | Outcome::Timeout) || slow;
         let invalid = outcome == Outcome::Invalid;

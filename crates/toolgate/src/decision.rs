@@ -99,10 +99,14 @@ pub struct Completion {
     /// The actual token count, reconciled against the estimate given at admission.
     pub tokens: Option<u64>,
     /// The upstream asked not to be called again before this long (a 429 or 503
-    /// with `Retry-After`): the tool — and only that tool — is paused until then.
+    /// with `Retry-After`): the tool — and only that tool — is paused until then, for
+    /// at most its `max_pause`; on a tool whose quotas are per tenant, only the
+    /// permit's tenant is.
     pub retry_after: Option<Duration>,
     /// What the upstream's rate-limit headers said (see [`crate::shaping`]): when its
-    /// remaining capacity is low, the tool's calls are spread over its reset window.
+    /// remaining capacity is low, the tool's calls are spread over its reset window
+    /// (at most `max_pause` long; the permit's tenant's calls only, on a per-tenant
+    /// tool).
     pub server_limit: Option<crate::shaping::ServerLimit>,
 }
 

@@ -450,7 +450,10 @@ impl Engine {
         for call in calls {
             match compiled.tools.get(call.tool) {
                 Some(t) => {
-                    match t.pause_gate(now).and_then(|()| t.spread_gate(now)) {
+                    match t
+                        .pause_gate(now, call.tenant)
+                        .and_then(|()| t.spread_gate(now, call.tenant))
+                    {
                         Ok(claim) => claims.0.extend(claim.map(|c| (&**t, c))),
                         Err(d) => return Err(t.refuse(d, call.tenant)),
                     }
@@ -572,12 +575,9 @@ impl Engine {
                 }
             }
             tool.on_admit(Duration::ZERO, call.tenant);
-            permits.push(Permit::new(
-                Some((*tool).clone()),
-                held,
-                now,
-                Duration::ZERO,
-            ));
+            let mut permit = Permit::new(Some((*tool).clone()), held, now, Duration::ZERO);
+            permit.set_tenant(tool.tenant_key(call.tenant));
+            permits.push(permit);
         }
         claims.0.clear();
         Ok(Some(permits))
@@ -779,13 +779,13 @@ impl ToolHandle {
 
 /// The spreading slots a reservation has claimed; dropped with any left in it (a
 /// refusal), it gives them back.
-struct SpreadClaims<'a>(Vec<(&'a ToolRuntime, (u64, u64))>);
+struct SpreadClaims<'a>(Vec<(&'a ToolRuntime, crate::signals::Claim)>);
 
 impl Drop for SpreadClaims<'_> {
     fn drop(&mut self) {
         // Latest first: each claim gives back to the one before it.
         for (tool, claim) in self.0.drain(..).rev() {
-            tool.stats.unspread(Some(claim));
+            tool.unspread(Some(claim));
         }
     }
 }

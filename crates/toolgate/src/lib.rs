@@ -76,6 +76,7 @@ mod clock;
 pub mod config;
 mod decision;
 mod engine;
+mod gates;
 mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
@@ -89,9 +90,12 @@ mod quota;
 mod rate;
 pub mod retry;
 pub mod shaping;
+mod signals;
 mod state;
 pub mod store;
 mod sync;
+mod wait;
+mod waiter;
 
 pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};

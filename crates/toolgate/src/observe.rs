@@ -22,14 +22,9 @@ pub(crate) struct ToolStats {
     pub(crate) waiting: AtomicUsize,
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
-    /// Until when the upstream asked not to be called (engine clock; 0: never).
-    pub(crate) paused_until: AtomicU64,
-    /// Spreading by the upstream's rate-limit headers: active until this time
-    /// (engine clock; 0: off), one call every `spread_every` ns, the next slot at
-    /// `spread_next`.
-    spread_until: crate::sync::AtomicU64,
-    spread_every: crate::sync::AtomicU64,
-    spread_next: crate::sync::AtomicU64,
+    /// The upstream's pause and spreading of the whole tool (kept across reloads, as
+    /// the upstream's word is); a per-tenant tool keeps its tenants' own elsewhere.
+    pub(crate) signals: crate::signals::Signals,
     metrics: ToolMetrics,
 }
 
@@ -74,10 +69,7 @@ impl ToolStats {
             waiting: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
-            paused_until: AtomicU64::new(0),
-            spread_until: crate::sync::AtomicU64::new(0),
-            spread_every: crate::sync::AtomicU64::new(0),
-            spread_next: crate::sync::AtomicU64::new(0),
+            signals: crate::signals::Signals::default(),
             metrics,
         }
     }
@@ -147,103 +139,41 @@ impl ToolStats {
         self.metrics.in_flight.decrement(1.0);
     }
 
-    /// Pauses the tool until `until` (never shortens a longer pause).
-    pub(crate) fn pause_until(&self, now: u64, until: u64) {
-        let before = self.paused_until.fetch_max(until, Ordering::AcqRel);
-        let from = before.max(now);
-        if until > from {
-            // Whole seconds of pause added (the counter is an integer).
-            self.metrics
-                .paused
-                .increment((until - from).div_ceil(1_000_000_000));
-        }
-        if until > before {
-            tracing::info!(target: "toolgate::decision", tool = &*self.name, until_ns = until,
-                "the upstream asked for a pause (Retry-After): the tool is paused");
-        }
+    /// Counts and logs a pause the upstream asked for (`added` ns more of it, for the
+    /// whole tool or for one tenant of it).
+    pub(crate) fn on_pause(&self, added: u64, tenant: bool) {
+        // Whole seconds of pause added (the counter is an integer).
+        self.metrics.paused.increment(added.div_ceil(1_000_000_000));
+        tracing::info!(target: "toolgate::decision", tool = &*self.name, added_ms = added / 1_000_000,
+            one_tenant = tenant, "the upstream asked for a pause: the tool is paused");
     }
 
-    /// Takes in what an upstream's rate-limit headers said at `now`: under 10 % of
-    /// the limit left, the tool's calls are spread over the reset window; nothing
-    /// left pauses the tool until the reset; more room ends the spreading.
-    pub(crate) fn server_limit(&self, now: u64, s: crate::shaping::ServerLimit) {
-        let reset = crate::clock::nanos(s.reset);
-        if !s.is_low() || reset == 0 {
-            self.spread_until.store(0, Ordering::Release);
-            return;
-        }
-        if s.remaining == 0 {
-            self.spread_until.store(0, Ordering::Release);
-            self.pause_until(now, now.saturating_add(reset));
-            return;
-        }
-        let every = reset / s.remaining;
-        self.spread_every.store(every, Ordering::Release);
-        self.spread_until
-            .store(now.saturating_add(reset), Ordering::Release);
-        tracing::info!(target: "toolgate::decision", tool = &*self.name, remaining = s.remaining,
-            every_ms = every / 1_000_000, "the upstream's quota is low: calls are spread over its reset window");
+    /// Logs the start (or a change) of spreading by the upstream's rate-limit headers.
+    pub(crate) fn on_spread(&self, every: u64, tenant: bool) {
+        tracing::info!(target: "toolgate::decision", tool = &*self.name, every_ms = every / 1_000_000,
+            one_tenant = tenant, "the upstream's quota is low: calls are spread over its reset window");
     }
 
-    /// Whether no upstream pause or spreading applies at `now`.
+    /// Warns that an upstream asked for a pause or a spreading window longer than the
+    /// tool's `max_pause`, which it was cut to.
+    pub(crate) fn on_clamped(&self, signal: &'static str, asked: Duration, max: Duration) {
+        tracing::warn!(target: "toolgate::decision", tool = &*self.name, signal,
+            asked_ms = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX),
+            max_pause_ms = max.as_millis() as u64,
+            "the upstream asked for a longer pause than max_pause allows: cut to max_pause");
+    }
+
+    /// Whether no upstream pause or spreading of the whole tool applies at `now`.
     #[inline]
     pub(crate) fn unshaped(&self, now: u64) -> bool {
-        self.paused_until.load(Ordering::Acquire) <= now
-            && self.spread_until.load(Ordering::Acquire) <= now
+        self.signals.unshaped(now)
     }
 
-    /// Claims the spreading slot at `now`: `Ok(None)` when not spreading,
-    /// `Ok(Some(claim))` when claimed (give it back with [`ToolStats::unspread`]), or
-    /// `Err(next)`, the time of the next free slot.
-    pub(crate) fn spread_claim(&self, now: u64) -> Result<Option<(u64, u64)>, u64> {
-        if self.spread_until.load(Ordering::Acquire) <= now {
-            return Ok(None);
-        }
-        self.claim_slot(now, now)
-            .map(|(_, old, new)| Some((old, new)))
-    }
-
-    /// Gives a claimed slot back (the call was then refused by a quota).
-    pub(crate) fn unspread(&self, claim: Option<(u64, u64)>) {
-        if let Some((old, new)) = claim {
-            let _ =
-                self.spread_next
-                    .compare_exchange(new, old, Ordering::AcqRel, Ordering::Relaxed);
-        }
-    }
-
-    /// The first slot at or after `at` (a waiter's admission time), claimed unless
-    /// it lies beyond `deadline` (then returned unclaimed).
-    pub(crate) fn spread_at(&self, at: u64, deadline: u64) -> u64 {
-        if self.spread_until.load(Ordering::Acquire) <= at {
-            return at;
-        }
-        match self.claim_slot(at, deadline) {
-            Ok((t, _, _)) | Err(t) => t,
-        }
-    }
-
-    /// Claims the first slot at or after `at` unless it lies beyond `deadline`:
-    /// `Ok((slot, next before, next after))`, or `Err(slot)` unclaimed.
-    fn claim_slot(&self, at: u64, deadline: u64) -> Result<(u64, u64, u64), u64> {
-        let every = self.spread_every.load(Ordering::Acquire);
-        let mut next = self.spread_next.load(Ordering::Acquire);
-        loop {
-            let t = next.max(at);
-            if t > deadline {
-                return Err(t);
-            }
-            let new = t.saturating_add(every);
-            match self.spread_next.compare_exchange_weak(
-                next,
-                new,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok((t, next, new)),
-                Err(cur) => next = cur,
-            }
-        }
+    /// Whether calls wait for admission now (read after a gate moved: a waiter that
+    /// joins later reads the gate itself).
+    pub(crate) fn has_waiters(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Joins the wait queue unless `limit` waiters are already in it.
@@ -253,6 +183,9 @@ impl ToolStats {
             self.waiting.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
+        // Pairs with the fence of `has_waiters`: either a gate that moves from now on
+        // sees this waiter, or this waiter sees the gate moved.
+        std::sync::atomic::fence(Ordering::SeqCst);
         Some(QueueSlot(self.clone()))
     }
 }

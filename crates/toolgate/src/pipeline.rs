@@ -26,7 +26,7 @@ use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use crate::clock::{nanos, Nanos};
-use crate::config::{OnLimit, RetryConfig};
+use crate::config::{OnLimit, RetryConfig, DEFAULT_MAX_PAUSE};
 use crate::decision::{Call, Completion, Outcome, Rejection};
 use crate::engine::{Engine, ExecuteError};
 use crate::retry::{classify, Attempt, Backoff, Class, RetryBudget};
@@ -451,7 +451,8 @@ pub struct RunFailure<E> {
     /// the failure small.
     pub rejection: Option<Box<Rejection>>,
     /// The server's `Retry-After` that ended the call
-    /// ([`StopReason::RetryAfterBeyondDeadline`], [`StopReason::RetryAfterTooLong`]).
+    /// ([`StopReason::RetryAfterBeyondDeadline`], [`StopReason::RetryAfterTooLong`]),
+    /// cut to the tool's `max_pause` as the tool's pause is.
     pub retry_after: Option<Duration>,
 }
 
@@ -671,8 +672,14 @@ impl Engine {
                 )));
             };
 
-            // 3. Classification; 4. completion.
-            let class = res.class();
+            // 3. Classification; 4. completion. The server's Retry-After counts for
+            // at most the tool's max_pause (its pause ends then; the completion cuts
+            // it, and says so).
+            let max_pause = tool.as_ref().map_or(DEFAULT_MAX_PAUSE, |t| t.max_pause);
+            let class = match res.class() {
+                Class::RetryAfter(d) => Class::RetryAfter(d.min(max_pause)),
+                c => c,
+            };
             let latency = res.latency.unwrap_or(measured);
             let mut completion = Completion::new(res.outcome()).latency(latency);
             if let Some(n) = res.tokens {
@@ -698,7 +705,7 @@ impl Engine {
                 last_status = res.status;
             }
             let end = res.end;
-            let server_after = res.retry_after;
+            let server_after = res.retry_after.map(|d| d.min(max_pause));
             match res.result {
                 Ok(value) => {
                     if let Some(s) = &settings {

@@ -50,7 +50,13 @@ pub(crate) struct ToolRuntime {
     pub(crate) on_limit: OnLimit,
     pub(crate) max_wait: Duration,
     pub(crate) queue_limit: usize,
+    /// The longest pause or spreading window an upstream's signals impose.
+    pub(crate) max_pause: Duration,
     pub(crate) stats: Arc<ToolStats>,
+    /// On a tool whose own quotas are per tenant (`partition = "tenant"`), each
+    /// tenant's pause and spreading (the whole tool's are in `stats`, unused then);
+    /// kept across reloads while the tool stays per tenant.
+    pub(crate) tenant_signals: Option<Arc<crate::signals::TenantSignals>>,
     pub(crate) core: Arc<Core>,
     /// Set when the tool is governed by exactly one unpartitioned, enforced request
     /// bucket that has the one-word form: admission then takes the lock-free fast
@@ -241,6 +247,7 @@ impl Compiled {
                         ))
                     })
             });
+            let tenant_signals = tenant_signals(t, old.and_then(|o| o.tools.get(name.as_str())));
             let retry = t.retry.as_ref().map(|cfg| {
                 crate::pipeline::RetryRuntime::new(
                     cfg,
@@ -257,7 +264,9 @@ impl Compiled {
                     on_limit: t.on_limit,
                     max_wait: t.max_wait,
                     queue_limit: t.queue_limit,
+                    max_pause: t.max_pause,
                     stats,
+                    tenant_signals,
                     core: core.clone(),
                     fast,
                     superseded: std::sync::atomic::AtomicBool::new(false),
@@ -283,6 +292,26 @@ impl Compiled {
             quotas,
             unknown_stats,
         }
+    }
+}
+
+/// The per-tenant signals of a tool whose own quotas are per tenant: the old
+/// runtime's, with the new cap, while it was per tenant too.
+fn tenant_signals(
+    t: &crate::config::ToolConfig,
+    old: Option<&Arc<ToolRuntime>>,
+) -> Option<Arc<crate::signals::TenantSignals>> {
+    t.quota.partition?;
+    let cap = t
+        .quota
+        .max_partitions
+        .unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
+    match old.and_then(|o| o.tenant_signals.clone()) {
+        Some(kept) => {
+            kept.set_cap(cap);
+            Some(kept)
+        }
+        None => Some(Arc::new(crate::signals::TenantSignals::new(cap))),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Waiting for admission: FIFO per quota, no polling, exact cancellation.
+//! Waiting for admission: FIFO per quota, no polling, exact cancellation, and gates
+//! re-checked while calls wait.
 //!
 //! Why reservations: a waiter's admission time can be computed the moment it arrives —
 //! quota state plus the waiters ahead of it fix it — so a waiter *reserves* that time
@@ -19,29 +20,34 @@
 //! by a concurrency limit first queues for a slot (FIFO, handed over on release, bounded
 //! by its deadline) and then reserves its rate time as above.
 //!
-//! Scope: the scheduler lock is taken only by waiting calls, cancellations and token
-//! reconciliations that meet a reservation; immediate admissions never take it.
+//! A reserved time is only as good as the gates it was computed under. When one of
+//! them closes while calls wait — the upstream asks for a pause or starts spreading,
+//! the breaker trips — the scheduler *re-gates* that tool's waiters
+//! ([`Scheduler::regate`]): every waiter is registered with it from the moment it
+//! starts waiting (queued for concurrency or reserved), with its deadline, its tenant
+//! and the pause it must wait out, so it can be refused at once (its reservations
+//! given back through the replan, as if it had never come) or replayed at its new
+//! time, in arrival order.
+//!
+//! Scope: the scheduler lock is taken only by waiting calls, cancellations, gates that
+//! close while calls wait and token reconciliations that meet a reservation;
+//! immediate admissions never take it.
 
 use std::collections::BTreeMap;
-use std::future::poll_fn;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
-use std::time::Duration;
 
-use smallvec::SmallVec;
-
-use crate::admission::{binds, lock_all, retired, Denied, Step};
-use crate::clock::{nanos, Clock, Nanos, Sleep};
-use crate::config::MAX_WAIT_LIMIT;
-use crate::decision::{Call, Reason, Rejection};
+use crate::admission::retired;
+use crate::clock::{Clock, Nanos};
+use crate::decision::Rejection;
 use crate::engine::Core;
-use crate::permit::{Held, Held2, Permit};
+use crate::permit::Held;
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, ConcWaiter, CostOf, Fit, Quota};
-use crate::sync::{AtomicU64, Mutex};
+use crate::quota::{Cell, CellGuard, Quota};
+use crate::sync::Mutex;
+use crate::waiter::{WaitSlot, Waiter};
 
-/// Every reservation that is still in the future, by arrival order.
+/// Every waiting call, and every reservation that is still in the future, by arrival
+/// order.
 #[derive(Debug, Default)]
 pub(crate) struct Scheduler {
     next_seq: u64,
@@ -49,12 +55,10 @@ pub(crate) struct Scheduler {
     debts: usize,
 }
 
-type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64); 4]>;
-
 #[derive(Debug)]
-enum Pend {
-    /// A waiting call's reservation in each of its rate and token quotas.
-    Waiter { steps: Steps, slot: Arc<WaitSlot> },
+pub(crate) enum Pend {
+    /// A waiting call.
+    Waiter(Box<Waiter>),
     /// Tokens charged on completion behind the reservations of a bucket.
     Debt {
         quota: Arc<Quota>,
@@ -64,73 +68,13 @@ enum Pend {
     },
 }
 
-/// The reserved admission time of a waiter, and how to wake it when it moves.
+/// What closed a gate of a tool, for [`Scheduler::regate`].
 #[derive(Debug)]
-pub(crate) struct WaitSlot {
-    at: AtomicU64,
-    waker: Mutex<Option<Waker>>,
-}
-
-/// Cancels a reservation unless disarmed.
-struct WaitGuard<'a> {
-    core: &'a Core,
-    seq: u64,
-    slot: Arc<WaitSlot>,
-    armed: bool,
-}
-
-/// A half-open probe slot taken while waiting; given back unless handed to a permit.
-struct ProbeHold<'a>(Option<&'a ToolRuntime>);
-
-impl ProbeHold<'_> {
-    fn disarm(mut self) -> bool {
-        self.0.take().is_some()
-    }
-}
-
-impl Drop for ProbeHold<'_> {
-    fn drop(&mut self) {
-        if let Some(tool) = self.0 {
-            tool.cancel_probe();
-        }
-    }
-}
-
-/// Concurrency slots taken while waiting; released unless handed to a permit.
-struct ConcHold<'a> {
-    tool: &'a ToolRuntime,
-    held: Held2,
-}
-
-/// A queued concurrency waiter; leaves the queue (or gives back a slot granted in
-/// the meantime) unless disarmed.
-struct ConcGuard<'a> {
-    cell: &'a Arc<Cell>,
-    waiter: Arc<ConcWaiter>,
-    armed: bool,
-}
-
-// === impl WaitSlot ===
-
-impl WaitSlot {
-    fn new(at: Nanos) -> Self {
-        Self {
-            at: AtomicU64::new(at),
-            waker: Mutex::new(None),
-        }
-    }
-
-    fn at(&self) -> Nanos {
-        self.at.load(Ordering::Acquire)
-    }
-
-    fn move_to(&self, at: Nanos) {
-        if self.at.swap(at, Ordering::AcqRel) != at {
-            if let Some(w) = self.waker.lock().take() {
-                w.wake();
-            }
-        }
-    }
+pub(crate) enum Regate {
+    /// The breaker refuses calls now: every waiter is refused with this.
+    Circuit(Rejection),
+    /// The upstream's pause or spreading moved.
+    Signals,
 }
 
 // === impl Pend ===
@@ -138,7 +82,7 @@ impl WaitSlot {
 impl Pend {
     fn cells(&self) -> impl Iterator<Item = (&Arc<Quota>, &Arc<Cell>)> {
         let (waiter, debt) = match self {
-            Self::Waiter { steps, .. } => (Some(steps.iter().map(|(q, c, _)| (q, c))), None),
+            Self::Waiter(w) => (Some(w.steps.iter().map(|(q, c, _)| (q, c))), None),
             Self::Debt { quota, cell, .. } => (None, Some((quota, cell))),
         };
         waiter.into_iter().flatten().chain(debt)
@@ -146,7 +90,7 @@ impl Pend {
 
     fn at(&self) -> Nanos {
         match self {
-            Self::Waiter { slot, .. } => slot.at(),
+            Self::Waiter(w) => w.slot.at(),
             Self::Debt { at, .. } => *at,
         }
     }
@@ -155,13 +99,31 @@ impl Pend {
 // === impl Scheduler ===
 
 impl Scheduler {
-    fn next_seq(&mut self) -> u64 {
+    pub(crate) fn next_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq
     }
 
+    /// Registers a waiter under `seq` (from [`Scheduler::next_seq`], after the
+    /// reservations made with it).
+    pub(crate) fn insert(&mut self, seq: u64, w: Box<Waiter>) {
+        self.pending.insert(seq, Pend::Waiter(w));
+    }
+
+    /// Takes the waiter registered under `seq` out (it is admitted, or reserves anew).
+    pub(crate) fn remove(&mut self, seq: u64) -> Option<Box<Waiter>> {
+        match self.pending.remove(&seq) {
+            Some(Pend::Waiter(w)) => Some(w),
+            Some(debt) => {
+                self.pending.insert(seq, debt);
+                None
+            }
+            None => None,
+        }
+    }
+
     /// Drops debt records whose time has passed (their charge is committed).
-    fn collect_debts(&mut self, now: Nanos) {
+    pub(crate) fn collect_debts(&mut self, now: Nanos) {
         if self.debts > 0 {
             self.pending
                 .retain(|_, p| !matches!(p, Pend::Debt { at, .. } if *at <= now));
@@ -173,17 +135,92 @@ impl Scheduler {
         }
     }
 
+    /// A waiter leaves before its time (cancelled): its reservations are undone and
+    /// the waiters behind it replayed without it. Nothing changes if its time has
+    /// come meanwhile (it counts as admitted then).
+    pub(crate) fn leave(&mut self, clock: &dyn Clock, seq: u64, slot: &WaitSlot) {
+        let Some(w) = self.remove(seq).filter(|w| w.reserved) else {
+            return;
+        };
+        let seeds: Vec<_> = w
+            .steps
+            .iter()
+            .map(|(q, c, _)| (q.clone(), c.clone()))
+            .collect();
+        if !self.replan(clock, &seeds, seq, &[], Some(slot), |_, _, _| {}) {
+            // Its time came before it left: it was admitted, and the reservation
+            // stands like that of any admitted call that is dropped.
+            tracing::trace!(target: "toolgate::queue", seq, "waiter left after its admission time");
+        }
+    }
+
+    /// Re-gates the waiters of `tool` (only those of the tenant whose key is `tenant`,
+    /// for a per-tenant signal) after one of its gates closed, in arrival order:
+    ///
+    /// - the breaker refuses calls: each is refused with the breaker's rejection;
+    /// - a pause until P: a waiter whose deadline comes before P is refused at once
+    ///   with `max_wait_exceeded`, the others are admitted at P at the earliest;
+    /// - spreading started, changed or ended: the waiters' spread slots are given out
+    ///   afresh in arrival order (a waiter whose slot lies beyond its deadline is
+    ///   refused at once with `max_wait_exceeded`).
+    ///
+    /// A refused waiter leaves as a cancelled one does (those behind it move up, as
+    /// if it had never come); the others are replayed at their new times and woken.
+    /// Waiters whose time has come are admitted already and left alone (they ask the
+    /// gates themselves when they wake).
+    pub(crate) fn regate(
+        &mut self,
+        clock: &dyn Clock,
+        tool: &ToolRuntime,
+        tenant: Option<u64>,
+        how: &Regate,
+    ) {
+        let now = clock.now();
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p, Pend::Waiter(w) if w.regated_by(tool, tenant, now)))
+            .map(|(&seq, _)| seq)
+            .collect();
+        let mut seeds = Vec::new();
+        let mut replay = Vec::new();
+        for seq in ids {
+            let Some(Pend::Waiter(w)) = self.pending.get_mut(&seq) else {
+                continue;
+            };
+            let refused = match how {
+                Regate::Circuit(r) => Some(r.clone()),
+                Regate::Signals => w.repause(now),
+            };
+            if w.reserved {
+                seeds.extend(w.steps.iter().map(|(q, c, _)| (q.clone(), c.clone())));
+                replay.push(seq);
+            }
+            if let Some(r) = refused {
+                if let Some(w) = self.remove(seq) {
+                    w.slot.refuse(r);
+                }
+            }
+        }
+        if let Some(&from) = replay.first() {
+            self.replan(clock, &seeds, from, &replay, None, |_, _, _| {});
+        }
+    }
+
     /// Undoes the reservations from `from` on that share a cell with `seeds`
-    /// (transitively), and replays them in arrival order at the earliest time each now
-    /// fits. `adjust` runs on the unwound cells first (a token refund). Returns false
-    /// without changing anything if `leaving` has reached its time meanwhile.
+    /// (transitively), or are listed in `also` (sorted), and replays them in arrival
+    /// order at the earliest time each now fits (see [`Waiter::replay`]); a waiter
+    /// whose replayed time is beyond its deadline is refused instead. `adjust` runs on
+    /// the unwound cells first (a token refund). Returns false without changing
+    /// anything if `leaving` has reached its time meanwhile.
     fn replan(
         &mut self,
         clock: &dyn Clock,
         seeds: &[(Arc<Quota>, Arc<Cell>)],
         from: u64,
+        also: &[u64],
         leaving: Option<&WaitSlot>,
-        adjust: impl FnOnce(&mut [crate::quota::CellGuard<'_>], &[u64], Nanos),
+        adjust: impl FnOnce(&mut [CellGuard<'_>], &[u64], Nanos),
     ) -> bool {
         let scan_now = clock.now();
         // The closure: cells touched, each with the first sequence number that touched it.
@@ -193,7 +230,9 @@ impl Scheduler {
             .collect();
         let mut affected = Vec::new();
         for (&seq, p) in self.pending.range(from..) {
-            if p.at() <= scan_now || !p.cells().any(|(_, c)| cells.contains_key(&c.order())) {
+            let touches = also.binary_search(&seq).is_ok()
+                || p.cells().any(|(_, c)| cells.contains_key(&c.order()));
+            if p.at() <= scan_now || !touches {
                 continue;
             }
             affected.push(seq);
@@ -221,27 +260,24 @@ impl Scheduler {
             g.unwind_from(*first);
         }
         adjust(&mut guards, &order, now);
+        let mut refused = Vec::new();
         for seq in affected {
             let Some(p) = self.pending.get_mut(&seq) else {
                 continue;
             };
             let idx = |c: &Arc<Cell>| order.binary_search(&c.order()).ok();
             match p {
-                Pend::Waiter { steps, slot } => {
-                    let mut at = now;
-                    for (q, c, cost) in steps.iter() {
-                        if let Some(Fit::At(t)) = idx(c).map(|i| guards[i].fit(&q.def, *cost, now))
-                        {
-                            at = at.max(t);
+                Pend::Waiter(w) => match w.replay(&order, &guards, now) {
+                    Ok(at) => {
+                        for (q, c, cost) in &w.steps {
+                            if let Some(i) = idx(c) {
+                                guards[i].reserve(&q.def, seq, *cost, at);
+                            }
                         }
+                        w.slot.move_to(at);
                     }
-                    for (q, c, cost) in steps.iter() {
-                        if let Some(i) = idx(c) {
-                            guards[i].reserve(&q.def, seq, *cost, at);
-                        }
-                    }
-                    slot.move_to(at);
-                }
+                    Err(r) => refused.push((seq, r)),
+                },
                 Pend::Debt {
                     quota,
                     cell,
@@ -254,6 +290,11 @@ impl Scheduler {
                         *at = t;
                     }
                 }
+            }
+        }
+        for (seq, r) in refused {
+            if let Some(w) = self.remove(seq) {
+                w.slot.refuse(r);
             }
         }
         true
@@ -327,11 +368,18 @@ impl Core {
         let refund = h.cost - actual;
         let target = h.cell(quota).order();
         let seeds = [(quota.clone(), h.cell(quota).clone())];
-        sched.replan(&*self.clock, &seeds, first, None, |guards, order, now| {
-            if let Ok(i) = order.binary_search(&target) {
-                guards[i].refund(def, refund, since, now);
-            }
-        });
+        sched.replan(
+            &*self.clock,
+            &seeds,
+            first,
+            &[],
+            None,
+            |guards, order, now| {
+                if let Ok(i) = order.binary_search(&target) {
+                    guards[i].refund(def, refund, since, now);
+                }
+            },
+        );
     }
 }
 
@@ -379,271 +427,5 @@ pub(crate) enum Refusal {
 impl From<Rejection> for Refusal {
     fn from(r: Rejection) -> Self {
         Self::Rejected(r)
-    }
-}
-
-// === impl ToolRuntime ===
-
-impl ToolRuntime {
-    /// The wait path of [`crate::Engine::admit`]: `first` is the immediate attempt's
-    /// denial.
-    pub(crate) async fn wait(
-        self: Arc<Self>,
-        call: Call<'_>,
-        first: Denied,
-    ) -> Result<Permit, Refusal> {
-        let core = &*self.core;
-        let clock = &*core.clock;
-        let start = clock.now();
-        let max_wait = call.wait_limit(self.max_wait).min(MAX_WAIT_LIMIT);
-        let deadline = start.saturating_add(nanos(max_wait));
-        let quota: Arc<str> = first.rejection.quota().into();
-        let reject = |reason, retry: Option<Nanos>| {
-            Rejection::new(
-                self.name.clone(),
-                quota.clone(),
-                reason,
-                retry.map(Duration::from_nanos),
-            )
-        };
-        if first.at > deadline {
-            return Err(reject(Reason::MaxWaitExceeded, Some(first.at - start)).into());
-        }
-        let Some(_queued) = self.stats.enter_queue(self.queue_limit) else {
-            let retry = first.rejection.retry_after().map(nanos);
-            return Err(reject(Reason::QueueFull, retry).into());
-        };
-        // A half-open probe slot is held while waiting and given back if the call
-        // never runs.
-        let probe = ProbeHold(
-            self.circuit_gate(start)
-                .map_err(|d| d.rejection)?
-                .then_some(&*self),
-        );
-        let plan = match self.plan(&call, start) {
-            Ok(plan) => plan,
-            // A reload replaced a tenant's partitions: start over on its policy.
-            Err(d) if d.stale => return Err(Refusal::Stale),
-            Err(d) => return Err(d.rejection.into()),
-        };
-
-        // Phase 1: concurrency slots, FIFO, in lock order.
-        let mut conc = ConcHold {
-            tool: &self,
-            held: Held2::new(),
-        };
-        for s in plan
-            .iter()
-            .filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
-        {
-            if !acquire(clock, s, deadline).await {
-                return Err(self
-                    .rejection(s.quota, Reason::ConcurrencyLimited, None)
-                    .into());
-            }
-            conc.held.push(s.held());
-        }
-
-        // Phase 2: reserve the rate time.
-        let rate: SmallVec<[&Step<'_>; 4]> = plan
-            .iter()
-            .filter(|s| !s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
-            .collect();
-        let reserved = {
-            let mut sched = core.sched.lock();
-            let now = clock.now();
-            sched.collect_debts(now);
-            let mut guards: SmallVec<[_; 4]> = rate.iter().map(|s| s.cell.get().lock()).collect();
-            if retired(&guards) {
-                return Err(Refusal::Stale);
-            }
-            let mut at = now;
-            let mut binding = None;
-            for (i, (s, g)) in rate.iter().zip(guards.iter_mut()).enumerate() {
-                g.settle(&s.quota.def, now);
-                if let Fit::At(t) = g.fit(&s.quota.def, s.cost, now) {
-                    if binds(t, s.rank, at, binding.map(|b: usize| rate[b].rank), now) {
-                        at = t;
-                        binding = Some(i);
-                    }
-                }
-            }
-            let paused = self.stats.paused_until.load(Ordering::Acquire);
-            if paused > at {
-                at = paused;
-                binding = None;
-            }
-            let spread = self.stats.spread_at(at, deadline);
-            if spread > at {
-                at = spread;
-                binding = None;
-            }
-            if at > deadline {
-                let q = binding.map_or(quota.clone(), |i| rate[i].quota.def.path.clone());
-                let r = Rejection::new(
-                    self.name.clone(),
-                    q,
-                    Reason::MaxWaitExceeded,
-                    Some(Duration::from_nanos(at - now)),
-                );
-                return Err(r.into());
-            }
-            if at <= now {
-                for (s, g) in rate.iter().zip(guards.iter_mut()) {
-                    g.charge(&s.quota.def, s.cost, now);
-                }
-                Err(now)
-            } else {
-                let seq = sched.next_seq();
-                for (s, g) in rate.iter().zip(guards.iter_mut()) {
-                    g.reserve(&s.quota.def, seq, s.cost, at);
-                }
-                let slot = Arc::new(WaitSlot::new(at));
-                let steps = rate
-                    .iter()
-                    .map(|s| (s.quota.clone(), s.cell.get().clone(), s.cost))
-                    .collect();
-                sched.pending.insert(
-                    seq,
-                    Pend::Waiter {
-                        steps,
-                        slot: slot.clone(),
-                    },
-                );
-                Ok((seq, slot))
-            }
-        };
-        // The admission time is the reserved one, whenever the task gets to run.
-        let admitted_at = match reserved {
-            Err(now) => now,
-            Ok((seq, slot)) => {
-                let mut guard = WaitGuard {
-                    core,
-                    seq,
-                    slot,
-                    armed: true,
-                };
-                sleep_until_slot(clock, &guard.slot).await;
-                guard.armed = false;
-                core.sched.lock().pending.remove(&seq);
-                guard.slot.at()
-            }
-        };
-
-        // Admitted: collect what the permit keeps, run the shadow quotas.
-        let now = clock.now();
-        let mut held = std::mem::take(&mut conc.held);
-        held.extend(
-            rate.iter()
-                .filter(|s| s.quota.def.cost_of == CostOf::Tokens)
-                .map(|s| s.held()),
-        );
-        if plan.iter().any(|s| s.quota.def.shadow) {
-            let mut guards = lock_all(&plan);
-            self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
-        }
-        let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
-        self.on_admit(waited, call.tenant);
-        let mut permit = Permit::new(Some(self.clone()), held, admitted_at, waited);
-        permit.set_probe(probe.disarm());
-        Ok(permit)
-    }
-}
-
-/// Takes the slots of a concurrency step, queueing FIFO until `deadline`.
-async fn acquire(clock: &dyn Clock, step: &Step<'_>, deadline: Nanos) -> bool {
-    let (def, cell, cost) = (&step.quota.def, step.cell.get(), step.cost);
-    let waiter = {
-        let mut g = cell.lock();
-        let now = clock.now();
-        if matches!(g.fit(def, cost, now), Fit::At(_)) {
-            g.charge(def, cost, now);
-            return true;
-        }
-        let w = Arc::new(ConcWaiter::new(cost));
-        g.enqueue(w.clone());
-        w
-    };
-    let mut guard = ConcGuard {
-        cell,
-        waiter,
-        armed: true,
-    };
-    let mut timeout = clock.sleep_until(deadline);
-    let granted = poll_fn(|cx| {
-        *guard.waiter.waker.lock() = Some(cx.waker().clone());
-        if guard.waiter.is_granted() {
-            return Poll::Ready(true);
-        }
-        timeout.as_mut().poll(cx).map(|()| false)
-    })
-    .await;
-    guard.armed = !granted;
-    granted
-}
-
-/// Sleeps until the clock reaches the slot's time, following it when it moves.
-async fn sleep_until_slot(clock: &dyn Clock, slot: &WaitSlot) {
-    let mut armed: Option<(Nanos, Sleep)> = None;
-    poll_fn(|cx| loop {
-        *slot.waker.lock() = Some(cx.waker().clone());
-        let at = slot.at();
-        if clock.now() >= at {
-            return Poll::Ready(());
-        }
-        let sleep = match &mut armed {
-            Some((t, s)) if *t == at => s,
-            _ => &mut armed.insert((at, clock.sleep_until(at))).1,
-        };
-        match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => armed = None,
-            Poll::Pending => return Poll::Pending,
-        }
-    })
-    .await;
-}
-
-impl Drop for WaitGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let mut sched = self.core.sched.lock();
-        let Some(p) = sched.pending.remove(&self.seq) else {
-            return;
-        };
-        let seeds: Vec<_> = p.cells().map(|(q, c)| (q.clone(), c.clone())).collect();
-        let replanned = sched.replan(
-            &*self.core.clock,
-            &seeds,
-            self.seq,
-            Some(&self.slot),
-            |_, _, _| {},
-        );
-        if !replanned {
-            // Its time came before it left: it was admitted, and the reservation
-            // stands like that of any admitted call that is dropped.
-            tracing::trace!(target: "toolgate::queue", seq = self.seq, "waiter left after its admission time");
-        }
-    }
-}
-
-impl Drop for ConcHold<'_> {
-    fn drop(&mut self) {
-        for h in self.held.drain(..) {
-            h.cell(h.quota(self.tool)).lock().release(h.cost);
-        }
-    }
-}
-
-impl Drop for ConcGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let mut g = self.cell.lock();
-        if !g.dequeue(&self.waiter) && self.waiter.is_granted() {
-            g.release(self.waiter.cost);
-        }
     }
 }

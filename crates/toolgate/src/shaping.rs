@@ -15,6 +15,8 @@
 //! calls evenly over the reset window: at most one call of the tool every
 //! `reset / remaining`, until the window ends or a later response reports more room.
 //! When nothing remains, the tool is paused until the reset, as with `Retry-After`.
+//! Either way the window is cut to the tool's `max_pause`, and on a tool whose quotas
+//! are per tenant only the reporting call's tenant is spread or paused.
 //! Rejections while spreading name the quota `tools.<tool>.server_limit` with reason
 //! `rate_limited` and the time of the next slot as `retry_after`.
 

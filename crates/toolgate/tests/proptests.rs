@@ -1,7 +1,9 @@
 //! Property tests against simple reference models: random arrivals, costs, pools,
 //! tenants, reservations, completions and cancellations never over-admit in any window;
 //! waiters are admitted in FIFO order; a cancelled waiter is invisible to everyone
-//! else; an unused part of a reservation, given back, counts as never admitted.
+//! else; an unused part of a reservation, given back, counts as never admitted; no
+//! call is admitted while its upstream's `Retry-After` pause lasts (of the tool, or of
+//! the tenant on the per-tenant tool), waiting calls included.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tokio_test::task::{self, Spawn};
-use toolgate::{Call, Engine, ManualClock, Permit, Policy, Rejection};
+use toolgate::{Call, Clock, Completion, Engine, ManualClock, Outcome, Permit, Policy, Rejection};
 
 const POLICY: &str = r#"
 [pools.p]
@@ -89,6 +91,9 @@ enum Op {
     Reserve(Vec<usize>),
     /// Gives back an unused part of a reservation (`Permit::cancel`).
     Unreserve(usize),
+    /// Completes a permit with the upstream's `Retry-After` of this many ms: its tool
+    /// (its tenant, on tool `e`) is paused, waiters included.
+    Pause(usize, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -101,6 +106,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Cancel),
         2 => prop::collection::vec(0..5usize, 1..4).prop_map(Op::Reserve),
         2 => any::<usize>().prop_map(Op::Unreserve),
+        1 => (any::<usize>(), 0..3_000u64).prop_map(|(k, ms)| Op::Pause(k, ms)),
     ]
 }
 
@@ -146,6 +152,14 @@ struct Waiter {
 /// A tool, and the tenant whose partition a waiter queues on (tool `e` only).
 type Queue = (usize, Option<&'static str>);
 
+/// An upstream's pause: of a tool (and tenant, on tool `e`), from its start to its end.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    queue: Queue,
+    from: u64,
+    until: u64,
+}
+
 #[derive(Default)]
 struct Run {
     admissions: Vec<Admission>,
@@ -158,6 +172,7 @@ struct Run {
     /// Admission times of waiters per tool and tenant (FIFO holds per quota, and
     /// each tenant of a tool has a quota of its own), in arrival order.
     waiter_times: BTreeMap<Queue, Vec<(usize, u64)>>,
+    pauses: Vec<Pause>,
 }
 
 fn engine() -> (Engine, ManualClock) {
@@ -245,6 +260,22 @@ fn run_tracking(ops: &[Op], skip: &[usize]) -> (Run, Vec<usize>) {
                     p.cancel();
                     r.admissions[id].cancelled = true;
                     r.events.push(Event::Released { id });
+                }
+            }
+            Op::Pause(k, ms) => {
+                if !r.permits.is_empty() {
+                    let (id, p) = r.permits.remove(k % r.permits.len());
+                    let from = clock.now();
+                    p.complete(
+                        Completion::new(Outcome::Error).retry_after(Duration::from_millis(ms)),
+                    );
+                    r.events.push(Event::Released { id });
+                    let a = &r.admissions[id];
+                    r.pauses.push(Pause {
+                        queue: (a.tool, a.tenant),
+                        from,
+                        until: from + ms * 1_000_000,
+                    });
                 }
             }
             Op::Cancel(usize::MAX) => {
@@ -432,6 +463,20 @@ proptest! {
             let adm = r.admissions.iter().filter(|a| a.tool == E && !a.cancelled && a.tenant == Some(t));
             bucket_conforms(adm.map(|a| (a.at, a.count)).collect(), 2, S, 2)
                 .map_err(|e| TestCaseError::fail(format!("tools.e.rate, tenant {t:?}: {e}")))?;
+        }
+    }
+
+    #[test]
+    fn no_call_is_admitted_while_its_upstream_pause_lasts(ops in prop::collection::vec(op(), 1..60)) {
+        let r = run(&ops, &[]);
+        for p in &r.pauses {
+            for a in r.admissions.iter().filter(|a| !a.cancelled && (a.tool, a.tenant) == p.queue) {
+                prop_assert!(
+                    !(p.from < a.at && a.at < p.until),
+                    "tool {} (tenant {:?}) admitted at {} during its pause from {} to {}",
+                    TOOLS[a.tool], a.tenant, a.at, p.from, p.until
+                );
+            }
         }
     }
 

@@ -25,11 +25,12 @@
 //!
 //! let err = Config::from_toml_str("[tools.x]\nrate = \"0/s\"\nbrust = 2").unwrap_err();
 //! assert_eq!(err.to_string(), "tools.x.brust: unknown key (expected one of: adaptive, burst, \
-//!     circuit, concurrency, idempotent, max_partitions, max_wait, mode, on_limit, partition, \
-//!     pools, queue_limit, rate, retry, tokens, tokens_burst, upstream, window)\n\
+//!     circuit, concurrency, idempotent, max_partitions, max_pause, max_wait, mode, on_limit, \
+//!     partition, pools, queue_limit, rate, retry, tokens, tokens_burst, upstream, window)\n\
 //!     tools.x.rate: \"0/s\": the request count must be at least 1");
 //! ```
 
+mod bounds;
 mod duration;
 mod error;
 mod parse;
@@ -39,6 +40,7 @@ mod section;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub use bounds::{DEFAULT_MAX_PAUSE, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT};
 pub use duration::{Rate, MAX_COUNT};
 pub use error::{ConfigError, ConfigErrors};
 pub use resilience::{
@@ -47,9 +49,6 @@ pub use resilience::{
 };
 
 pub(crate) use duration::format_duration;
-
-/// The longest `max_wait` accepted: waits must be bounded.
-pub const MAX_WAIT_LIMIT: Duration = Duration::from_secs(3600);
 
 /// A validated policy config.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -108,6 +107,10 @@ pub struct ToolConfig {
     pub max_wait: Duration,
     /// Waiters per tool at most (default 1024).
     pub queue_limit: usize,
+    /// The longest pause or spreading window an upstream's signals can impose on the
+    /// tool (default [`DEFAULT_MAX_PAUSE`], at most [`MAX_PAUSE_LIMIT`]): longer
+    /// `Retry-After` values and rate-limit resets are cut to it.
+    pub max_pause: Duration,
     /// Whether the tool may be retried without an idempotency key.
     pub idempotent: bool,
     /// Circuit breaker settings.
@@ -384,6 +387,7 @@ impl ToolConfig {
         Self {
             max_wait: Duration::from_secs(1),
             queue_limit: 1024,
+            max_pause: DEFAULT_MAX_PAUSE,
             ..Self::default()
         }
     }
@@ -421,6 +425,12 @@ impl ToolConfig {
         self
     }
 
+    /// Sets the longest pause an upstream's signals can impose on the tool.
+    pub fn max_pause(mut self, max_pause: Duration) -> Self {
+        self.max_pause = max_pause;
+        self
+    }
+
     fn check(
         &self,
         path: &str,
@@ -450,6 +460,9 @@ impl ToolConfig {
                 section::join(path, "queue_limit"),
                 "0: must be at least 1",
             ));
+        }
+        if let Err(msg) = bounds::max_pause(self.max_pause, &format_duration(self.max_pause)) {
+            errors.push(ConfigError::new(section::join(path, "max_pause"), msg));
         }
     }
 }

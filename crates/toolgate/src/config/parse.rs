@@ -19,6 +19,7 @@ struct RawTool {
     on_limit: Option<OnLimit>,
     max_wait: Option<Duration>,
     queue_limit: Option<usize>,
+    max_pause: Option<Duration>,
     idempotent: Option<bool>,
     circuit: Option<super::CircuitConfig>,
     retry: Option<super::RetryConfig>,
@@ -121,6 +122,10 @@ fn tool(mut sec: Section<'_, '_>, is_defaults: bool) -> RawTool {
         queue_limit: s
             .get_with("queue_limit", |v| int_in(v, 1, 1 << 24))
             .and_then(|n| usize::try_from(n).ok()),
+        // Bounded here too, so that `[defaults]` is named when it breaks the rule.
+        max_pause: s.get_with("max_pause", |v| {
+            super::bounds::max_pause(Duration::from_value(v)?, v.as_str().unwrap_or_default())
+        }),
         idempotent: s.get::<bool>("idempotent"),
         circuit: sub(s, "circuit", resilience::circuit),
         retry: sub(s, "retry", resilience::retry),
@@ -179,6 +184,7 @@ fn finish_tool(raw: RawTool, d: &RawTool) -> ToolConfig {
             .queue_limit
             .or(d.queue_limit)
             .unwrap_or(base.queue_limit),
+        max_pause: raw.max_pause.or(d.max_pause).unwrap_or(base.max_pause),
         idempotent: raw.idempotent.or(d.idempotent).unwrap_or(base.idempotent),
         circuit: raw.circuit.or_else(|| d.circuit.clone()),
         retry: raw.retry.or_else(|| d.retry.clone()),

@@ -7,6 +7,7 @@ mod circuit;
 mod config;
 mod debt;
 mod demo;
+mod pauses;
 mod quotas;
 mod reload;
 mod retry;

@@ -208,3 +208,124 @@ fn waiters_are_given_the_spread_slots_in_turn() {
     );
     drop((first, pa, pb));
 }
+
+#[test]
+fn a_pause_that_comes_while_calls_wait_is_waited_out_in_fifo_order_or_refused_at_once() {
+    // Issue #13, item 13: waiters used to be admitted at their slots, during the pause.
+    let (engine, clock) =
+        engine("[tools.crm]\nrate = \"10/s\"\nburst = 2\non_limit = \"wait\"\nmax_wait = \"3s\"");
+    let call = Call::new("crm");
+    let failing = engine.try_admit(&call).unwrap();
+    let _other = engine.try_admit(&call).unwrap();
+    let short = call.max_wait(ms(500));
+    let calls = [call, call, short, call];
+    let mut w: Vec<_> = calls.iter().map(|c| task::spawn(engine.admit(c))).collect();
+    for t in &mut w {
+        assert_pending!(t.poll()); // due at 100, 200, 300 and 400 ms
+    }
+    failing.complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(2)));
+    // The pause outlasts the third waiter's max_wait: refused now, with the pause's end.
+    let r = assert_ready!(w[2].poll()).unwrap_err();
+    assert_eq!(
+        (r.reason().as_str(), r.quota(), r.retry_after()),
+        (
+            "max_wait_exceeded",
+            "tools.crm.retry_after",
+            Some(Duration::from_secs(2))
+        )
+    );
+    clock.advance(ms(1_999));
+    for i in [0, 1, 3] {
+        assert_pending!(w[i].poll());
+    }
+    // At the pause's end, as many as the bucket allows (its burst, 2), in order;
+    // then one per emission interval, as if the others had arrived then.
+    clock.advance(ms(1));
+    assert_eq!(assert_ready!(w[0].poll()).unwrap().waited(), ms(2_000));
+    assert_eq!(assert_ready!(w[1].poll()).unwrap().waited(), ms(2_000));
+    assert_pending!(w[3].poll());
+    clock.advance(ms(100));
+    assert_eq!(assert_ready!(w[3].poll()).unwrap().waited(), ms(2_100));
+    // And a new call comes after them.
+    assert_rejected(
+        engine.try_admit(&call),
+        "rate_limited",
+        "tools.crm.rate",
+        Some(ms(100)),
+    );
+}
+
+#[test]
+fn a_pause_that_comes_while_a_call_queues_for_concurrency_is_waited_out() {
+    let (engine, clock) =
+        engine("[tools.db]\nconcurrency = 1\non_limit = \"wait\"\nmax_wait = \"5s\"");
+    let call = Call::new("db");
+    let held = engine.try_admit(&call).unwrap();
+    let mut w = task::spawn(engine.admit(&call));
+    let brief = call.max_wait(ms(500));
+    let mut short = task::spawn(engine.admit(&brief));
+    assert_pending!(w.poll());
+    assert_pending!(short.poll());
+    held.complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(2)));
+    // The pause outlasts the second one's max_wait: refused now.
+    let r = assert_ready!(short.poll()).unwrap_err();
+    assert_eq!(r.reason().as_str(), "max_wait_exceeded");
+    // The first has its slot, and waits the pause out.
+    assert_pending!(w.poll());
+    clock.advance(ms(1_999));
+    assert_pending!(w.poll());
+    clock.advance(ms(1));
+    assert_eq!(
+        assert_ready!(w.poll()).unwrap().waited(),
+        Duration::from_secs(2)
+    );
+}
+
+#[test]
+fn spreading_that_starts_while_calls_wait_spaces_them_by_its_interval() {
+    // Issue #13, item 13, for rate-limit headers: waiters used to keep their slots.
+    let (engine, clock) =
+        engine("[tools.crm]\nrate = \"100/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"5s\"");
+    let call = Call::new("crm");
+    let reporting = engine.try_admit(&call).unwrap();
+    let short = call.max_wait(Duration::from_millis(1_500));
+    let calls = [call, call, call, short];
+    let mut w: Vec<_> = calls.iter().map(|c| task::spawn(engine.admit(c))).collect();
+    for t in &mut w {
+        assert_pending!(t.poll()); // due at 10, 20, 30 and 40 ms
+    }
+    reporting.complete(low(4, 4)); // 4 left for 4 s: one call a second
+                                   // The fourth one's slot would come at 3 s, beyond its max_wait: refused now.
+    let r = assert_ready!(w[3].poll()).unwrap_err();
+    assert_eq!(
+        (r.reason().as_str(), r.quota()),
+        ("max_wait_exceeded", "tools.crm.server_limit")
+    );
+    let mut admitted = Vec::new();
+    for _ in 0..400 {
+        clock.advance(ms(10));
+        for t in &mut w[..3] {
+            if t.is_woken() {
+                if let std::task::Poll::Ready(p) = t.poll() {
+                    admitted.push(p.unwrap().waited());
+                }
+            }
+        }
+    }
+    assert_eq!(admitted, [ms(10), ms(1_010), ms(2_010)]);
+}
+
+#[test]
+fn a_report_with_room_lets_the_spread_waiters_move_up() {
+    let (engine, clock) =
+        engine("[tools.crm]\nrate = \"100/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"5s\"");
+    let call = Call::new("crm");
+    engine.try_admit(&call).unwrap().complete(low(4, 4));
+    clock.advance(ms(10));
+    let reporting = engine.try_admit(&call).unwrap(); // the first slot
+    let mut a = task::spawn(engine.admit(&call));
+    assert_pending!(a.poll()); // the next slot, at 1 s
+    reporting.complete(low(50, 4)); // room again: the spreading ends
+    clock.advance(ms(10));
+    assert_eq!(assert_ready!(a.poll()).unwrap().waited(), ms(10));
+}
