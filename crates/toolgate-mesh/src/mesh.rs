@@ -224,10 +224,10 @@ async fn run(
         }
     }
     let _ = halt.send(true);
-    for (_, (stop, _)) in &workers {
+    for (stop, _) in workers.values() {
         let _ = stop.send(true);
     }
-    for (_, (_, task)) in workers {
+    for (_, task) in workers.into_values() {
         let _ = task.await;
     }
     let _ = drain.await;

@@ -40,6 +40,9 @@ use crate::subject;
 /// How long an idle worker's pull waits for a call before it asks again.
 pub const IDLE_PULL: Duration = Duration::from_secs(20);
 
+/// How long the worker pauses after a refusal that names no retry time.
+const UNTIMED_PAUSE: Duration = Duration::from_millis(100);
+
 /// The longest one wait for admission, before the worker checks for a stop.
 const ADMIT_WAIT: Duration = Duration::from_secs(30);
 
@@ -166,12 +169,11 @@ async fn admit(shared: &Shared, tool: &str, n: usize) -> Vec<Permit> {
         match engine.admit(&Call::new(tool).max_wait(ADMIT_WAIT)).await {
             Ok(p) => break p,
             // The engine knows when it will conform (a pause, an open circuit, a
-            // wait beyond the bound): sleep until then. A concurrency wait that ran
-            // out has no such time: queue again.
+            // wait beyond the bound): sleep until then. A refusal without a time
+            // (a full wait queue, say) pauses briefly rather than spin.
             Err(no) => {
-                if let Some(d) = no.retry_after() {
-                    tokio::time::sleep(d.min(ADMIT_WAIT)).await;
-                }
+                let d = no.retry_after().unwrap_or(UNTIMED_PAUSE);
+                tokio::time::sleep(d.clamp(Duration::from_millis(1), ADMIT_WAIT)).await;
             }
         }
     };

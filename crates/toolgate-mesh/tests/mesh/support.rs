@@ -22,7 +22,6 @@ pub struct Hit {
     pub tool: String,
     pub at: Instant,
     pub key: Option<String>,
-    pub args: Value,
 }
 
 /// How the upstream answers a tool.
@@ -72,7 +71,6 @@ impl Upstream {
             tool: job_tool.to_string(),
             at: Instant::now(),
             key,
-            args: args.clone(),
         });
         let delay = *self.delay.lock();
         if !delay.is_zero() {
@@ -172,6 +170,10 @@ pub fn config(url: &str) -> MeshConfig {
 }
 
 pub async fn rig(policy: &str, tools: &[&str]) -> Rig {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let nats = NatsServer::start();
     let config = config(&nats.url());
     let engine = Engine::new(Policy::from_toml_str(policy).expect("policy"));
