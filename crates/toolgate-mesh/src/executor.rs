@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use toolgate::{Permit, Rejection};
 
-use crate::envelope::Attempt;
+use crate::envelope::{Attempt, DeadReason};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -74,11 +74,15 @@ pub struct Failure {
     /// Every attempt.
     pub attempts: Vec<Attempt>,
     /// `Some(delay)` when trying the call again later may succeed and is allowed
-    /// (the tool is idempotent or the call has a key): deliver it again after
-    /// `delay`. `None`: the failure is final.
+    /// (the tool is idempotent or the call has a key): deliver it again after at
+    /// least `delay` (what the engine or the upstream said; the mesh backs off
+    /// further with each delivery). `None`: the failure is final.
     pub retry_in: Option<Duration>,
     /// When the first attempt was admitted.
     pub admitted_at: Option<SystemTime>,
+    /// The dead letter's reason when the failure is final (default
+    /// `upstream_error`; `deadline_exceeded` when the call's deadline ended it).
+    pub dead: DeadReason,
 }
 
 // === impl Failure ===
@@ -94,6 +98,7 @@ impl Failure {
             attempts: Vec::new(),
             retry_in: None,
             admitted_at: None,
+            dead: DeadReason::UpstreamError,
         }
     }
 }

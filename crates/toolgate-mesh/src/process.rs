@@ -360,12 +360,28 @@ fn failed(shared: &Shared, call: &MeshCall, delivery: Delivery, f: Failure) -> E
     r.admitted_at = f.admitted_at.map(rfc3339);
     let final_ = Ending::Final {
         result: Box::new(r),
-        dead: Some(DeadReason::UpstreamError),
+        dead: Some(f.dead),
     };
     match f.retry_in {
-        Some(wait) => later(shared, call, delivery, wait, Some(final_)),
+        Some(hint) => later(
+            shared,
+            call,
+            delivery,
+            hint.max(backoff(delivery)),
+            Some(final_),
+        ),
         None => final_,
     }
+}
+
+/// The least delay before a failed call's next delivery: 500 ms, doubling with each
+/// delivery, at most 30 s (what the engine knows — an open circuit, a pause — may be
+/// longer and wins).
+fn backoff(delivery: Delivery) -> Duration {
+    let doublings = u32::try_from(delivery.number.saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(6);
+    (Duration::from_millis(500) * (1 << doublings)).min(Duration::from_secs(30))
 }
 
 /// Publishes the result (and dead letter) of a final ending and acknowledges the
