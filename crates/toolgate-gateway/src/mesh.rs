@@ -48,6 +48,10 @@ impl Executor for Runner {
         self.state.live().upstreams.keys().cloned().collect()
     }
 
+    fn runs(&self, tool: &str) -> bool {
+        self.state.live().upstreams.contains_key(tool)
+    }
+
     fn check_arguments(&self, tool: &str, arguments: &Value) -> Result<(), String> {
         match self.state.live().upstreams.get(tool) {
             Some(up) => up.check_arguments(arguments),

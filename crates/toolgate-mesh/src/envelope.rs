@@ -26,8 +26,8 @@ pub struct MeshCall {
     pub tool: String,
     /// The tenant whose quotas the call draws on.
     pub tenant: Option<String>,
-    /// The tool's arguments (a JSON object).
-    pub arguments: serde_json::Map<String, Value>,
+    /// The tool's arguments (always a JSON object).
+    pub arguments: Value,
     /// Calls with the same tool and key run the upstream once.
     pub idempotency_key: Option<String>,
     /// After this the call is not started.
@@ -207,12 +207,13 @@ impl MeshCall {
                 )));
             }
         }
-        let Value::Object(arguments) = wire.arguments else {
+        if !wire.arguments.is_object() {
             return Err(fail(format!(
                 "arguments: expected a JSON object, got {}",
                 kind(&wire.arguments)
             )));
-        };
+        }
+        let arguments = wire.arguments;
         let tokens = wire.cost.and_then(|c| c.tokens);
         if tokens.is_some_and(|t| t > MAX_TOKENS) {
             return Err(fail(format!("cost.tokens: at most {MAX_TOKENS}")));

@@ -109,6 +109,11 @@ pub trait Executor: Send + Sync + 'static {
     /// are dead letters (`unknown_tool`).
     fn tools(&self) -> Vec<String>;
 
+    /// Whether this gateway can run `tool` now (asked for every call: keep it cheap).
+    fn runs(&self, tool: &str) -> bool {
+        self.tools().iter().any(|t| t == tool)
+    }
+
     /// Checks `arguments` against `tool`'s argument schema.
     ///
     /// # Errors

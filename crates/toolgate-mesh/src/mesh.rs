@@ -110,7 +110,9 @@ impl Mesh {
             stop,
             task: Mutex::new(None),
         });
-        let task = tokio::spawn(supervise(inner.clone(), client, engine, executor));
+        // Subscribed before the task starts, so that a shutdown sent at once is seen.
+        let stop = inner.stop.subscribe();
+        let task = tokio::spawn(supervise(inner.clone(), stop, client, engine, executor));
         *inner.task.lock() = Some(task);
         Ok(Self { inner })
     }
@@ -148,8 +150,11 @@ impl Mesh {
     pub async fn shutdown(&self, grace: Duration) {
         let _ = self.inner.stop.send(true);
         let task = self.inner.task.lock().take();
-        if let Some(task) = task {
-            if tokio::time::timeout(grace, task).await.is_err() {
+        if let Some(mut task) = task {
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                // Aborting the supervisor drops its workers, which aborts them and
+                // their calls: unacknowledged, they are delivered again.
+                task.abort();
                 tracing::warn!(target: "toolgate::mesh", "calls still in flight at the end of the grace period were cut off; the broker delivers them again");
             }
         }
@@ -159,11 +164,14 @@ impl Mesh {
 /// Connects, readies the streams, then keeps the worker set in step until stopped.
 async fn supervise(
     inner: Arc<Inner>,
+    mut stop: watch::Receiver<bool>,
     client: async_nats::Client,
     engine: Engine,
     executor: Arc<dyn Executor>,
 ) {
-    let mut stop = inner.stop.subscribe();
+    if *stop.borrow() {
+        return;
+    }
     let js = async_nats::jetstream::new(client.clone());
     let mut backoff = Duration::from_millis(200);
     let streams = loop {
@@ -205,11 +213,14 @@ async fn run(
     client: &async_nats::Client,
     mut stop: watch::Receiver<bool>,
 ) {
-    let (halt, _) = watch::channel(false);
-    let mut workers: HashMap<String, (watch::Sender<bool>, JoinHandle<()>)> = HashMap::new();
-    let drain = tokio::spawn(crate::discovery::run(shared.clone(), halt.subscribe()));
+    let mut workers: HashMap<String, Worker> = HashMap::new();
+    let (halt, halted) = watch::channel(false);
+    let drain = Worker {
+        stop: halt,
+        task: Some(tokio::spawn(crate::discovery::run(shared.clone(), halted))),
+    };
     let mut tick = tokio::time::interval(REFRESH);
-    loop {
+    while !*stop.borrow() {
         sync_workers(shared, &mut workers);
         let up = client_up(client);
         let error = (!up).then(|| "disconnected from NATS; reconnecting".to_string());
@@ -223,36 +234,66 @@ async fn run(
             _ = tick.tick() => {}
         }
     }
-    let _ = halt.send(true);
-    for (stop, _) in workers.values() {
-        let _ = stop.send(true);
+    for w in workers.values().chain(std::iter::once(&drain)) {
+        let _ = w.stop.send(true);
     }
-    for (_, task) in workers.into_values() {
-        let _ = task.await;
+    for w in workers.into_values().chain(std::iter::once(drain)) {
+        w.finish().await;
     }
-    let _ = drain.await;
+}
+
+/// A task the supervisor runs (a tool's worker, the drain): told to stop through
+/// `stop`, awaited by [`Worker::finish`], and aborted if dropped unfinished (the
+/// supervisor was aborted at the end of a shutdown's grace period).
+struct Worker {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    async fn finish(mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
 }
 
 /// Starts a worker for each tool the executor can run, stops the others.
-fn sync_workers(
-    shared: &Arc<Shared>,
-    workers: &mut HashMap<String, (watch::Sender<bool>, JoinHandle<()>)>,
-) {
+fn sync_workers(shared: &Arc<Shared>, workers: &mut HashMap<String, Worker>) {
     let tools = shared.executor.tools();
-    workers.retain(|tool, (stop, _)| {
-        let keep = tools.contains(tool);
-        if !keep {
-            let _ = stop.send(true);
+    let gone: Vec<String> = workers
+        .keys()
+        .filter(|t| !tools.contains(t))
+        .cloned()
+        .collect();
+    for tool in gone {
+        if let Some(w) = workers.remove(&tool) {
+            // Its calls in flight finish; the task ends by itself.
+            let _ = w.stop.send(true);
+            tokio::spawn(w.finish());
         }
-        keep
-    });
+    }
     for tool in tools {
         if workers.contains_key(&tool) {
             continue;
         }
         let (stop, rx) = watch::channel(false);
         let task = tokio::spawn(crate::worker::run(shared.clone(), tool.clone(), rx));
-        workers.insert(tool, (stop, task));
+        workers.insert(
+            tool,
+            Worker {
+                stop,
+                task: Some(task),
+            },
+        );
     }
 }
 

@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::message::Message;
 use async_nats::jetstream::AckKind;
-use serde_json::Value;
 use toolgate::{Permit, Reason};
 
 use crate::claims::{Claim, Owned};
@@ -80,9 +79,10 @@ pub(crate) async fn handle(
         stats.redelivered();
     }
     let (ending, known) = match MeshCall::parse(&msg.payload) {
-        Ok(call) => {
-            let ending = decide(shared, tool, &call, delivery, admission, &msg).await;
-            (ending, Unreadable::of(&call))
+        Ok(mut call) => {
+            let known = Unreadable::of(&call);
+            let ending = decide(shared, tool, &mut call, delivery, admission, &msg).await;
+            (ending, known)
         }
         Err(u) => (unreadable(tool, u.clone()), u),
     };
@@ -139,7 +139,7 @@ fn check(shared: &Shared, tool: &str, call: &MeshCall) -> Option<Ending> {
             message,
         ));
     }
-    if !shared.executor.tools().iter().any(|t| t == tool) {
+    if !shared.executor.runs(tool) {
         let message = format!("no tool {tool:?} with an upstream to run it");
         return Some(refused(
             call,
@@ -149,8 +149,7 @@ fn check(shared: &Shared, tool: &str, call: &MeshCall) -> Option<Ending> {
             message,
         ));
     }
-    let args = Value::Object(call.arguments.clone());
-    if let Err(e) = shared.executor.check_arguments(tool, &args) {
+    if let Err(e) = shared.executor.check_arguments(tool, &call.arguments) {
         return Some(refused(
             call,
             "invalid_arguments",
@@ -176,7 +175,7 @@ fn check(shared: &Shared, tool: &str, call: &MeshCall) -> Option<Ending> {
 async fn decide(
     shared: &Shared,
     tool: &str,
-    call: &MeshCall,
+    call: &mut MeshCall,
     delivery: Delivery,
     admission: Admission,
     msg: &Message,
@@ -273,7 +272,7 @@ fn later(
 /// it runs.
 async fn run(
     shared: &Shared,
-    call: &MeshCall,
+    call: &mut MeshCall,
     delivery: Delivery,
     mut admission: Admission,
     mut owned: Option<Owned>,
@@ -284,7 +283,8 @@ async fn run(
     let job = Job {
         tool: call.tool.clone(),
         tenant: call.tenant.clone(),
-        arguments: Value::Object(call.arguments.clone()),
+        // The call's arguments go to the job: nothing after this reads them.
+        arguments: std::mem::take(&mut call.arguments),
         idempotency_key: call.idempotency_key.clone(),
         tokens: call.tokens,
         deadline: left,

@@ -16,8 +16,9 @@ use serde::Serialize;
 
 use crate::envelope::DeadReason;
 
-/// The figures of one tool.
-#[derive(Debug, Default)]
+/// The figures of one tool, with its metric handles registered once (a handle is
+/// a lookup of its name and labels; the hot path only bumps atomics).
+#[derive(Debug)]
 pub(crate) struct ToolStats {
     tool: String,
     pub(crate) pending: AtomicU64,
@@ -26,6 +27,27 @@ pub(crate) struct ToolStats {
     pub(crate) dead_letters: AtomicU64,
     pub(crate) redeliveries: AtomicU64,
     last_error: Mutex<Option<String>>,
+    metrics: Metrics,
+}
+
+/// The words a call can end with, as `toolgate_mesh_messages_total{outcome}`.
+const OUTCOMES: [&str; 8] = [
+    "success",
+    "error",
+    "timeout",
+    "invalid",
+    "rejected",
+    "deadline_exceeded",
+    "invalid_arguments",
+    "redelivered",
+];
+
+#[derive(Debug)]
+struct Metrics {
+    pending: metrics::Gauge,
+    outcomes: [metrics::Counter; OUTCOMES.len()],
+    dead: [metrics::Counter; DeadReason::ALL.len()],
+    redeliveries: metrics::Counter,
 }
 
 /// The figures of every tool the mesh has seen.
@@ -63,12 +85,7 @@ impl Stats {
         self.tools
             .lock()
             .entry(tool.to_string())
-            .or_insert_with(|| {
-                Arc::new(ToolStats {
-                    tool: tool.to_string(),
-                    ..ToolStats::default()
-                })
-            })
+            .or_insert_with(|| Arc::new(ToolStats::new(tool)))
             .clone()
     }
 
@@ -81,6 +98,31 @@ impl Stats {
 // === impl ToolStats ===
 
 impl ToolStats {
+    fn new(tool: &str) -> Self {
+        let t = tool.to_string();
+        let metrics = Metrics {
+            pending: metrics::gauge!("toolgate_mesh_pending", "tool" => t.clone()),
+            outcomes: OUTCOMES.map(|o| {
+                metrics::counter!("toolgate_mesh_messages_total", "tool" => t.clone(), "outcome" => o)
+            }),
+            dead: DeadReason::ALL.map(|r| {
+                metrics::counter!("toolgate_mesh_dead_letters_total",
+                    "tool" => t.clone(), "reason" => r.as_str())
+            }),
+            redeliveries: metrics::counter!("toolgate_mesh_redeliveries_total", "tool" => t.clone()),
+        };
+        Self {
+            tool: t,
+            pending: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            redeliveries: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            metrics,
+        }
+    }
+
     fn view(&self) -> ToolView {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         ToolView {
@@ -98,7 +140,7 @@ impl ToolStats {
     /// The consumer's lag, as the broker last said.
     pub(crate) fn set_pending(&self, n: u64) {
         self.pending.store(n, Ordering::Relaxed);
-        metrics::gauge!("toolgate_mesh_pending", "tool" => self.tool.clone()).set(n as f64);
+        self.metrics.pending.set(n as f64);
     }
 
     /// A call ended with `outcome` (a result word, or `redelivered`).
@@ -106,22 +148,25 @@ impl ToolStats {
         if outcome != "redelivered" {
             self.handled.fetch_add(1, Ordering::Relaxed);
         }
-        metrics::counter!("toolgate_mesh_messages_total",
-            "tool" => self.tool.clone(), "outcome" => outcome.to_string())
-        .increment(1);
+        match OUTCOMES.iter().position(|o| *o == outcome) {
+            Some(i) => self.metrics.outcomes[i].increment(1),
+            // A word no list here has: counted all the same.
+            None => metrics::counter!("toolgate_mesh_messages_total",
+                "tool" => self.tool.clone(), "outcome" => outcome.to_string())
+            .increment(1),
+        }
     }
 
     pub(crate) fn dead_letter(&self, reason: DeadReason) {
         self.dead_letters.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("toolgate_mesh_dead_letters_total",
-            "tool" => self.tool.clone(), "reason" => reason.as_str())
-        .increment(1);
+        if let Some(i) = DeadReason::ALL.iter().position(|r| *r == reason) {
+            self.metrics.dead[i].increment(1);
+        }
     }
 
     pub(crate) fn redelivered(&self) {
         self.redeliveries.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("toolgate_mesh_redeliveries_total", "tool" => self.tool.clone())
-            .increment(1);
+        self.metrics.redeliveries.increment(1);
     }
 
     /// Records a broker error (`None`: it works again).

@@ -68,7 +68,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tool: String, mut stop: watch::Rece
         let pulled = tokio::select! {
             biased;
             _ = stop.changed() => break,
-            p = pull(&shared, &tool, &consumer, &room, busy) => p,
+            p = pull(&shared, &tool, &consumer, &room, limit, busy) => p,
         };
         match pulled {
             Ok(batch) => {
@@ -136,17 +136,27 @@ async fn pull(
     tool: &str,
     consumer: &Consumer<Config>,
     room: &Arc<Semaphore>,
+    limit: usize,
     busy: bool,
 ) -> Result<Batch, String> {
-    let first = room
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|e| e.to_string())?;
     if !busy {
+        let first = room
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
         return fetch(consumer, vec![first], Vec::new(), true).await;
     }
-    let mut slots = vec![first];
+    // While calls keep coming, wait for a quarter of a pull's worth of room rather
+    // than pull one call at a time as each finishes: fewer, fuller round trips.
+    let chunk = (shared.config.batch.min(limit) / 4).max(1);
+    let mut first = room
+        .clone()
+        .acquire_many_owned(u32::try_from(chunk).unwrap_or(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut slots: Vec<OwnedSemaphorePermit> = (1..chunk).filter_map(|_| first.split(1)).collect();
+    slots.push(first);
     while slots.len() < shared.config.batch {
         match room.clone().try_acquire_owned() {
             Ok(s) => slots.push(s),
@@ -188,10 +198,13 @@ async fn admit(shared: &Shared, tool: &str, n: usize) -> Vec<Permit> {
 }
 
 /// Pulls up to `slots.len()` calls (waiting up to [`IDLE_PULL`] when `idle`);
-/// admissions and slots left over are given back.
+/// admissions and slots left over are given back. A pull that fails part-way keeps
+/// what it got (the error is the broker's end of the pull, such as a full
+/// `max_ack_pending`); one that is cancelled (the worker stops) hands back what it
+/// got at once instead of leaving it to `ack_wait`.
 async fn fetch(
     consumer: &Consumer<Config>,
-    mut slots: Vec<OwnedSemaphorePermit>,
+    slots: Vec<OwnedSemaphorePermit>,
     mut permits: Vec<Permit>,
     idle: bool,
 ) -> Result<Batch, String> {
@@ -207,20 +220,58 @@ async fn fetch(
         consumer.fetch().max_messages(n).messages().await
     }
     .map_err(|e| format!("pull: {e}"))?;
-    let mut calls = Vec::with_capacity(n);
+    let mut got = Unclaimed(Vec::with_capacity(n));
     let mut pending = 0;
-    while let Some(m) = messages.next().await {
-        let msg = m.map_err(|e| format!("pull: {e}"))?;
-        pending = msg.info().map_or(0, |i| i.pending);
-        let (Some(slot), permit) = (slots.pop(), permits.pop()) else {
-            break;
-        };
-        calls.push((msg, slot, permit));
+    while got.0.len() < n {
+        match messages.next().await {
+            Some(Ok(msg)) => {
+                pending = msg.info().map_or(0, |i| i.pending);
+                got.0.push(msg);
+            }
+            Some(Err(e)) if got.0.is_empty() => return Err(format!("pull: {e}")),
+            Some(Err(e)) => {
+                tracing::debug!(target: "toolgate::mesh", error = %e, "a pull ended early; its calls run");
+                break;
+            }
+            None => break,
+        }
     }
-    for p in permits {
+    let msgs = std::mem::take(&mut got.0);
+    let keep = msgs.len();
+    let extra = permits.len().saturating_sub(keep);
+    for p in permits.drain(..extra) {
         p.cancel();
     }
+    let mut permits = permits
+        .into_iter()
+        .map(Some)
+        .chain(std::iter::repeat_with(|| None));
+    let calls = msgs
+        .into_iter()
+        .zip(slots)
+        .map(|(msg, slot)| (msg, slot, permits.next().flatten()))
+        .collect();
     Ok(Batch { calls, pending })
+}
+
+/// Calls pulled but not yet handed to a task: given back to the broker (a NAK
+/// without delay) if the pull is abandoned.
+struct Unclaimed(Vec<Message>);
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let msgs = std::mem::take(&mut self.0);
+        if msgs.is_empty() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for m in msgs {
+                    let _ = m.ack_with(async_nats::jetstream::AckKind::Nak(None)).await;
+                }
+            });
+        }
+    }
 }
 
 /// Creates (or finds) `tool`'s consumer, retrying until it works or `stop`.

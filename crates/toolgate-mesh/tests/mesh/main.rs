@@ -6,5 +6,6 @@
 mod consume;
 mod dedupe;
 mod faults;
+mod lifecycle;
 mod poison;
 mod support;
