@@ -356,3 +356,36 @@ async fn two_gateways_on_one_redis_and_one_stream_keep_one_quota() {
         );
     }
 }
+
+/// A reload that gives a tool an upstream starts its worker: its calls, waiting in
+/// the stream (a dead letter would have been `unknown_tool` before), now run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_tool_starts_consuming_its_calls() {
+    let nats = NatsServer::start();
+    let up = upstream(Duration::ZERO).await;
+    let base = format!("[tools.a]\n[tools.a.upstream]\nurl = \"{}\"\n", up.url);
+    let path = config_file("reload", &base);
+    let s = crate::support::start_file(&path).await;
+    toolgate_gateway::mesh::start(&s.state, MeshConfig::new(nats.url()), None)
+        .await
+        .expect("mesh");
+    let c = caller(&nats).await;
+    let mut b = call("b-1", None);
+    b.tool = "b".into();
+    b.envelope["tool"] = json!("b");
+    std::fs::write(
+        &path,
+        format!(
+            "{base}[tools.b]\n[tools.b.upstream]\nurl = \"{}\"\n",
+            up.url
+        ),
+    )
+    .expect("config");
+    s.state.reload().expect("reloaded");
+    c.publish(&b).await.expect("publish");
+    let r = c
+        .result("b-1", Duration::from_secs(10))
+        .await
+        .expect("a result");
+    assert_eq!(r.outcome, "success", "{r:?}");
+}

@@ -20,7 +20,14 @@ async fn poison_calls_are_dead_letters_with_their_reason_while_good_calls_flow()
         tool: tool.to_string(),
         envelope: body,
     };
-    // Bad JSON can only be published raw: a string envelope is JSON, but not a call.
+    // Not JSON at all, published raw; and JSON that is not a call.
+    let client = async_nats::connect(r.nats.url()).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    js.publish("toolgate.calls.t", "{not json".into())
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
     r.publish(&raw("t", json!("not a call"))).await;
     r.publish(&call("unknown-1", "nope", json!({}))).await;
     r.publish(&call(
@@ -40,7 +47,7 @@ async fn poison_calls_are_dead_letters_with_their_reason_while_good_calls_flow()
     let mut reasons = Vec::new();
     for _ in 0..100 {
         reasons = r.dead_letters().await.into_iter().map(|(h, _)| h).collect();
-        if reasons.len() >= 4 {
+        if reasons.len() >= 5 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -51,6 +58,7 @@ async fn poison_calls_are_dead_letters_with_their_reason_while_good_calls_flow()
         [
             "deadline_exceeded",
             "invalid_arguments",
+            "invalid_envelope",
             "invalid_envelope",
             "unknown_tool"
         ]
