@@ -27,5 +27,8 @@ fi
 (cd crates/toolgate-py && VIRTUAL_ENV="$PWD/../../$venv" "../../$venv/bin/maturin" develop --locked -q)
 "$venv/bin/python" -m mypy.stubtest toolgate._toolgate
 "$venv/bin/python" -m mypy --config-file crates/toolgate-py/pyproject.toml crates/toolgate-py/python/toolgate
+# The mesh example's test runs the gateway binary (built by 20-rust-tests.sh).
+cargo build -q -p toolgate-gateway --locked
+export TOOLGATE_BIN="$PWD/target/debug/toolgate"
 cd crates/toolgate-py
 "../../$venv/bin/python" -m pytest -q -p no:cacheprovider tests

@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools::list))
         .route("/v1/tools/{*tool}", get(tools::get).post(tool_post))
         .route("/v1/admin/reload", post(admin::reload))
+        .route("/v1/mesh", get(mesh))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(JsonErrorsLayer)
@@ -55,8 +56,40 @@ async fn dashboard() -> impl IntoResponse {
     )
 }
 
+/// `GET /healthz`: always 200 while the gateway serves HTTP; `status` is
+/// `degraded` while the event mesh (when one runs) is away from NATS, and `mesh`
+/// says why.
 async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
-    health(state.connections())
+    let Json(mut body) = health(state.connections());
+    if let Some(m) = state.mesh() {
+        let v = m.view();
+        if v.status != "ok" {
+            body["status"] = json!("degraded");
+        }
+        body["mesh"] = json!({"status": v.status, "error": v.error});
+    }
+    Json(body)
+}
+
+/// `GET /v1/mesh`: the event mesh's state (404 `no_mesh` when none runs). Its
+/// figures are every tenant's together, so with tokens only an admin token reads
+/// them (403 otherwise).
+async fn mesh(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if caller.tenant.is_some() && !caller.admin {
+        return Err(ApiError::Forbidden(
+            "the mesh's state covers every tenant: an admin token is needed".into(),
+        ));
+    }
+    let m = state.mesh().ok_or_else(|| {
+        ApiError::NotFound(
+            "no_mesh",
+            "no event mesh runs here (toolgate serve --mesh nats://HOST:PORT)".into(),
+        )
+    })?;
+    Ok(Json(json!(m.view())))
 }
 
 /// The answer of `GET /healthz`: `{"status": "ok", "connections": {"open",

@@ -1,4 +1,4 @@
-//! Command-line parsing and dispatch.
+//! Command-line parsing and dispatch: `serve`, `check`, `demo` and `call`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,7 +43,47 @@ enum Command {
         /// Serve a non-loopback address even though no tokens are configured.
         #[arg(long)]
         allow_unauthenticated: bool,
+        /// Also consume tool calls from NATS JetStream (`nats://host:port`; wins
+        /// over `[mesh] url`): see docs/mesh.md.
+        #[arg(long, value_parser = mesh_url)]
+        mesh: Option<String>,
     },
+    /// Publish one tool call on the event mesh (and, with --wait, print its result).
+    Call {
+        /// The NATS server (`nats://host:port`).
+        #[arg(long, value_parser = mesh_url)]
+        mesh: String,
+        /// The tool.
+        tool: String,
+        /// The arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// The tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// An idempotency key: calls with one key run the upstream once.
+        #[arg(long)]
+        key: Option<String>,
+        /// The call's deadline from now, such as `5s`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        deadline: Option<std::time::Duration>,
+        /// Wait for the result and print it.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+        /// The call id [default: random].
+        #[arg(long)]
+        call_id: Option<String>,
+        /// The results stream, when the gateways use another name.
+        #[arg(long, default_value = "TOOLGATE_RESULTS")]
+        results_stream: String,
+    },
+}
+
+fn mesh_url(s: &str) -> Result<String, String> {
+    toolgate_mesh::config::url(s)
 }
 
 /// Runs the command line.
@@ -61,11 +101,36 @@ pub fn main() -> ExitCode {
             listen,
             store,
             allow_unauthenticated,
+            mesh,
         } => crate::serve::run(crate::serve::Options {
             config,
             listen,
             store,
             allow_unauthenticated,
+            mesh,
+        }),
+        Command::Call {
+            mesh,
+            tool,
+            args,
+            tenant,
+            key,
+            deadline,
+            wait,
+            timeout,
+            call_id,
+            results_stream,
+        } => crate::call::run(crate::call::Options {
+            mesh,
+            tool,
+            args,
+            tenant,
+            key,
+            deadline,
+            wait,
+            timeout,
+            call_id,
+            results_stream,
         }),
     }
 }

@@ -26,6 +26,8 @@ pub struct Options {
     pub store: Option<String>,
     /// Allow a non-loopback address with no tokens configured.
     pub allow_unauthenticated: bool,
+    /// The event mesh's NATS URL (wins over `[mesh] url`).
+    pub mesh: Option<String>,
 }
 
 /// Runs the gateway until it is told to stop.
@@ -72,6 +74,11 @@ async fn serve(opts: Options) -> ExitCode {
         Err(msg) => return cannot_start(&msg),
     };
     let auth = !loaded.settings.tokens.is_empty();
+    let mesh = match mesh_of(&opts, &loaded) {
+        Ok(m) => m,
+        Err(msg) => return cannot_start(&msg),
+    };
+    let grace = loaded.settings.shutdown_grace;
     let limits = crate::conn::fit_to_fd_limit(crate::conn::Limits::new(&loaded.settings));
     // The engine registers its metric handles: the recorder comes first.
     crate::metrics::install();
@@ -88,10 +95,36 @@ async fn serve(opts: Options) -> ExitCode {
         Ok(l) => l,
         Err(e) => return cannot_start(&format!("cannot listen on {listen}: {e}")),
     };
+    if let Some(config) = mesh {
+        // Connects in the background: HTTP serves while NATS is away.
+        if let Err(e) = crate::mesh::start(&state, config, None).await {
+            return cannot_start(&format!("mesh: {e}"));
+        }
+    }
     let addr = listener.local_addr().unwrap_or(listen);
-    announce(addr, &name, auth);
+    announce(addr, &name, auth, state.mesh());
     spawn_reload_on_hangup(state.clone());
-    let served = crate::conn::serve(listener, state.clone(), limits, shutdown_signal()).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mesh_down = async {
+        if let Some(mesh) = state.mesh() {
+            until_stopped(stopped.clone()).await;
+            mesh.shutdown(grace).await;
+        }
+    };
+    let http = crate::conn::serve(
+        listener,
+        state.clone(),
+        limits,
+        until_stopped(stopped.clone()),
+    );
+    let (served, ()) = tokio::join!(http, mesh_down);
     let released = state.leases().drain();
     tracing::info!(
         released,
@@ -99,6 +132,22 @@ async fn serve(opts: Options) -> ExitCode {
         "stopped; open leases released"
     );
     ExitCode::SUCCESS
+}
+
+/// The mesh's settings: `[mesh]` with `--mesh` as its URL, or `--mesh` alone.
+fn mesh_of(opts: &Options, loaded: &Loaded) -> Result<Option<toolgate_mesh::MeshConfig>, String> {
+    let mut config = match (&loaded.mesh, &opts.mesh) {
+        (None, None) => return Ok(None),
+        (Some(c), _) => c.clone(),
+        (None, Some(url)) => toolgate_mesh::MeshConfig::new(url.clone()),
+    };
+    if let Some(url) = &opts.mesh {
+        config.url = Some(url.clone());
+    }
+    if config.url.is_none() {
+        return Err("[mesh] has no url: set [mesh] url or pass --mesh nats://HOST:PORT".into());
+    }
+    Ok(Some(config))
 }
 
 fn invalid(name: &str, errors: &[String]) -> ExitCode {
@@ -142,7 +191,7 @@ fn listen_of(opts: &Options, loaded: &Loaded) -> Result<SocketAddr, String> {
     Ok(addr)
 }
 
-fn announce(addr: SocketAddr, name: &str, auth: bool) {
+fn announce(addr: SocketAddr, name: &str, auth: bool, mesh: Option<&toolgate_mesh::Mesh>) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "toolgate listening on http://{addr} (config: {name})");
@@ -164,6 +213,14 @@ fn announce(addr: SocketAddr, name: &str, auth: bool) {
         "try:  curl -s {bearer}-X POST http://{addr}/v1/admit -d '{{\"tool\":\"lookup_customer\"}}'"
     );
     let _ = writeln!(out, "dashboard: http://{addr}/");
+    if let Some(m) = mesh {
+        let v = m.view();
+        let _ = writeln!(
+            out,
+            "mesh: consuming toolgate.calls.<tool> from {} (state: GET /v1/mesh)",
+            v.url
+        );
+    }
     let _ = out.flush();
 }
 

@@ -32,19 +32,18 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate::config::Config;
-use toolgate::Policy;
 
 mod limits;
+mod loaded;
 
 pub use limits::{
     Limits, MAX_ID_LENGTH_CEILING, MAX_LEASES_CEILING, MAX_LEASE_TTL, MAX_RESPONSE_BYTES_CEILING,
     MIN_ID_LENGTH,
 };
+pub use loaded::{LoadErrors, Loaded};
 
 /// The default listen address: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -107,19 +106,6 @@ pub struct TokenEntry {
     pub admin: bool,
 }
 
-/// A config file split into the policy and the gateway's settings.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The admission policy.
-    pub policy: Policy,
-    /// The gateway's settings.
-    pub settings: Settings,
-}
-
-/// Every problem of a config file, each with its path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadErrors(pub Vec<String>);
-
 // === impl Settings ===
 
 impl Default for Settings {
@@ -143,7 +129,7 @@ impl Default for Settings {
 }
 
 impl Settings {
-    fn parse(v: &Value, errors: &mut Vec<String>) -> Self {
+    pub(crate) fn parse(v: &Value, errors: &mut Vec<String>) -> Self {
         let mut s = Self::default();
         let Some(table) = v.as_object() else {
             errors.push(format!("gateway: expected a table, got {v}"));
@@ -356,105 +342,6 @@ fn duration_at_most(v: &Value, max: Duration, max_text: &str) -> Result<Duration
     }
     Ok(d)
 }
-
-// === impl Loaded ===
-
-impl Loaded {
-    /// Reads a config file: JSON when its name ends in `.json` (any case) or its text
-    /// starts with `{` (which no TOML document does), TOML otherwise.
-    ///
-    /// # Errors
-    ///
-    /// When the file cannot be read or parsed, with every invalid value listed.
-    pub fn from_path(path: &Path) -> Result<Self, LoadErrors> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| LoadErrors(vec![format!("cannot read {}: {e}", path.display())]))?;
-        if is_json(path, &text) {
-            Self::from_json_str(&text)
-        } else {
-            Self::from_toml_str(&text)
-        }
-    }
-
-    /// Parses a TOML config with an optional `[gateway]` table.
-    ///
-    /// # Errors
-    ///
-    /// As [`Loaded::from_path`].
-    pub fn from_toml_str(text: &str) -> Result<Self, LoadErrors> {
-        let value: toml::Value =
-            toml::from_str(text).map_err(|e| LoadErrors(vec![format!("invalid TOML: {e}")]))?;
-        let json = serde_json::to_value(value)
-            .map_err(|e| LoadErrors(vec![format!("invalid TOML: {e}")]))?;
-        Self::from_value(json)
-    }
-
-    /// Parses a JSON config with an optional `gateway` object.
-    ///
-    /// # Errors
-    ///
-    /// As [`Loaded::from_path`].
-    pub fn from_json_str(text: &str) -> Result<Self, LoadErrors> {
-        let json: Value = serde_json::from_str(text)
-            .map_err(|e| LoadErrors(vec![format!("invalid JSON: {e}")]))?;
-        Self::from_value(json)
-    }
-
-    /// Splits a value tree into settings and policy.
-    ///
-    /// # Errors
-    ///
-    /// As [`Loaded::from_path`].
-    pub fn from_value(mut json: Value) -> Result<Self, LoadErrors> {
-        let mut errors = Vec::new();
-        let gateway = json.as_object_mut().and_then(|o| o.remove("gateway"));
-        let settings = gateway
-            .map(|g| Settings::parse(&g, &mut errors))
-            .unwrap_or_default();
-        let policy = match Config::from_value(&json) {
-            Ok(c) => Policy::new(c).map_err(|e| errors.extend(lines(&e))).ok(),
-            Err(e) => {
-                errors.extend(lines(&e));
-                None
-            }
-        };
-        if let Some(p) = &policy {
-            // Schemas are compiled here too, so `toolgate check` reports bad ones.
-            if let Err(e) = crate::upstream::Upstream::compile_all(p) {
-                errors.extend(e);
-            }
-        }
-        match policy {
-            Some(policy) if errors.is_empty() => Ok(Self { policy, settings }),
-            _ => {
-                errors.sort();
-                Err(LoadErrors(errors))
-            }
-        }
-    }
-}
-
-/// Whether a config file is JSON: by its extension, or by its first character, as a
-/// TOML document cannot start with `{` (a key, a `[table]` or a comment comes first).
-fn is_json(path: &Path, text: &str) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-        || text.trim_start().starts_with('{')
-}
-
-fn lines(e: &toolgate::config::ConfigErrors) -> Vec<String> {
-    e.errors().iter().map(ToString::to_string).collect()
-}
-
-// === impl LoadErrors ===
-
-impl std::fmt::Display for LoadErrors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.join("\n"))
-    }
-}
-
-impl std::error::Error for LoadErrors {}
 
 #[cfg(test)]
 mod tests {

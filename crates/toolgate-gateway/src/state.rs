@@ -44,6 +44,7 @@ struct Inner {
     request_timeout: Duration,
     connection_keys: crate::reload::ConnectionKeys,
     connections: Arc<Connections>,
+    mesh: std::sync::OnceLock<toolgate_mesh::Mesh>,
 }
 
 /// What a reload replaces at once.
@@ -118,6 +119,7 @@ impl AppState {
             http: reqwest::Client::new(),
             metrics,
             connections: Arc::new(Connections::new()),
+            mesh: std::sync::OnceLock::new(),
         })))
     }
 
@@ -198,6 +200,10 @@ impl AppState {
             .map_err(|e| LoadErrors(vec![format!("store: {e}")]))?;
         crate::store::keep_leases(&self.0.engine, &live.settings);
         self.0.live.store(Arc::new(live));
+        if let Some(mesh) = self.mesh() {
+            // Tools may have gained or lost an upstream: start or stop their workers.
+            mesh.reload();
+        }
         Ok(Reloaded {
             tools,
             needs_restart,
@@ -242,5 +248,16 @@ impl AppState {
     /// The counts of client connections ([`crate::conn::serve`] keeps them).
     pub fn connections(&self) -> &Arc<Connections> {
         &self.0.connections
+    }
+
+    /// The event mesh, when one runs.
+    pub fn mesh(&self) -> Option<&toolgate_mesh::Mesh> {
+        self.0.mesh.get()
+    }
+
+    /// Records the running mesh (once): reloads then tell it, and `/healthz` and
+    /// `GET /v1/mesh` report it.
+    pub fn set_mesh(&self, mesh: toolgate_mesh::Mesh) {
+        let _ = self.0.mesh.set(mesh);
     }
 }

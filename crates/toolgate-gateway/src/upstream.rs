@@ -21,6 +21,8 @@ pub const ERROR_BODY_BYTES: usize = 512;
 pub struct Upstream {
     /// The config it was built from.
     pub config: UpstreamConfig,
+    /// Whether the tool is `idempotent` (a failed call may then be run again).
+    pub idempotent: bool,
     method: Method,
     arguments: Option<jsonschema::Validator>,
     result: Option<jsonschema::Validator>,
@@ -80,6 +82,7 @@ impl Upstream {
                 name.clone(),
                 Arc::new(Upstream {
                     config: u.clone(),
+                    idempotent: tool.idempotent,
                     method,
                     arguments,
                     result,

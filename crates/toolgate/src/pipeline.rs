@@ -29,6 +29,7 @@ use crate::clock::{nanos, Nanos};
 use crate::config::{OnLimit, RetryConfig, DEFAULT_MAX_PAUSE};
 use crate::decision::{Call, Completion, Outcome, Rejection};
 use crate::engine::{Engine, ExecuteError};
+use crate::permit::Permit;
 use crate::retry::{classify, Attempt, Backoff, Class, RetryBudget};
 
 /// A tool's retry settings as the engine runs them.
@@ -568,6 +569,47 @@ impl Engine {
         &self,
         call: &Call<'_>,
         options: RunOptions<'k>,
+        attempt: F,
+    ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
+    where
+        F: FnMut(AttemptCtx<'k>) -> Fut,
+        Fut: Future<Output = AttemptResult<T, E>>,
+    {
+        self.run_from(None, call, options, attempt).await
+    }
+
+    /// [`Engine::run`] for a call already admitted: its first attempt runs on
+    /// `permit` (from [`Engine::admit`] of the same `call`) instead of being admitted
+    /// again; retries are admitted as usual. For a consumer that admits before it
+    /// takes work in (the event mesh pulls a call only once it holds its admission).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Engine::run`]; dropping the future drops `permit` (released, no outcome).
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::run`] (never [`ExecuteError::Rejected`]: the first attempt is
+    /// admitted already).
+    pub async fn run_admitted<'k, T, E, F, Fut>(
+        &self,
+        permit: Permit,
+        call: &Call<'_>,
+        options: RunOptions<'k>,
+        attempt: F,
+    ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
+    where
+        F: FnMut(AttemptCtx<'k>) -> Fut,
+        Fut: Future<Output = AttemptResult<T, E>>,
+    {
+        self.run_from(Some(permit), call, options, attempt).await
+    }
+
+    async fn run_from<'k, T, E, F, Fut>(
+        &self,
+        mut first: Option<Permit>,
+        call: &Call<'_>,
+        options: RunOptions<'k>,
         mut attempt: F,
     ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
     where
@@ -611,7 +653,11 @@ impl Engine {
                     admit_call = admit_call.max_wait(own.unwrap_or(t.max_wait).min(left));
                 }
             }
-            let permit = match self.admit(&admit_call).await {
+            let admitted = match first.take() {
+                Some(p) => Ok(p),
+                None => self.admit(&admit_call).await,
+            };
+            let permit = match admitted {
                 Ok(p) => p,
                 Err(r) if number == 1 => return Err(ExecuteError::Rejected(r)),
                 Err(r) => {

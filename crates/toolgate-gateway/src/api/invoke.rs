@@ -18,13 +18,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use toolgate::{AttemptResult, Call, ExecuteError, RunFailure, RunOptions, StopReason};
+use toolgate::{ExecuteError, RunFailure, StopReason};
 
 use crate::auth::Caller;
 use crate::bounds;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::upstream::{self, Failure, Success};
+use crate::upstream::Failure;
 
 /// The body of an invocation.
 #[derive(Debug, Deserialize)]
@@ -59,42 +59,19 @@ pub async fn invoke(
     })?;
     up.check_arguments(&req.arguments)
         .map_err(ApiError::InvalidArguments)?;
-    let mut call = Call::new(&tool)
-        .with_tenant(tenant.as_deref())
-        .cap_wait(super::admit::wait_cap(&state));
-    if let Some(ms) = req.max_wait_ms {
-        call = call.max_wait(Duration::from_millis(ms));
-    }
-    let max_bytes = up
-        .config
-        .max_response_bytes
-        .unwrap_or(state.live().settings.limits.max_response_bytes);
-    let (http, up_ref, args) = (state.http(), &*up, &req.arguments);
-    let options = RunOptions::new().with_idempotency_key(req.idempotency_key.as_deref());
-    let mut waited = Duration::ZERO;
-    let run = state
-        .engine()
-        .run(&call, options, |ctx| {
-            waited += ctx.waited();
-            async move {
-                // Every attempt sends the same `Idempotency-Key`.
-                let (result, limit) =
-                    upstream::execute(http, up_ref, args, ctx.idempotency_key(), max_bytes).await;
-                let res = match result {
-                    Ok(ok) => {
-                        let status = ok.status;
-                        AttemptResult::success(ok).status(status)
-                    }
-                    Err(f) => attempt_of(f),
-                };
-                // The upstream's rate-limit headers shape this tool's next calls.
-                match limit {
-                    Some(s) => res.server_limit(s),
-                    None => res,
-                }
-            }
-        })
-        .await;
+    let max_wait = req.max_wait_ms.map(Duration::from_millis);
+    let job = crate::execute::Job {
+        tool: &tool,
+        tenant: tenant.as_deref(),
+        arguments: &req.arguments,
+        idempotency_key: req.idempotency_key.as_deref(),
+        tokens: 0,
+        max_wait,
+        wait_cap: super::admit::wait_cap(&state),
+        deadline: None,
+        permit: None,
+    };
+    let crate::execute::Ran { run, waited } = crate::execute::run(&state, &up, job).await;
     match run {
         Ok(out) => {
             let attempts = out.attempts();
@@ -111,24 +88,6 @@ pub async fn invoke(
         }
         Err(ExecuteError::Rejected(r)) => Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
         Err(ExecuteError::Tool(f)) => Ok(failed(f)),
-    }
-}
-
-/// How an upstream failure is reported to the pipeline (and so classified).
-fn attempt_of(f: Failure) -> AttemptResult<Success, Failure> {
-    match f {
-        Failure::Timeout(_) => AttemptResult::timeout(f),
-        Failure::Transport(_) => AttemptResult::transport_error(f),
-        Failure::Invalid(_) => AttemptResult::invalid(f),
-        // A failure with a 2xx status is terminal: a too-large answer is not transient.
-        Failure::TooLarge(_, status) => AttemptResult::failure(f).status(status),
-        Failure::Status(status, _, after) => {
-            let res = AttemptResult::failure(f).status(status);
-            match after {
-                Some(d) => res.retry_after(d),
-                None => res,
-            }
-        }
     }
 }
 

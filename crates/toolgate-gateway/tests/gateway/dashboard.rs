@@ -143,3 +143,55 @@ async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
     assert!(size > 1000, "screenshot saved at {}", shot.display());
     let _ = std::fs::remove_dir_all(&profile);
 }
+
+/// With the event mesh running, the dashboard shows its state and, per tool, the lag
+/// and the dead letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_mesh_lag_and_dead_letters_per_tool() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
+            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
+        );
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/40-gateway.sh installs it");
+        return;
+    };
+    let nats = toolgate_mesh::testing::NatsServer::start();
+    let s = start("[tools.t]\n[tools.t.upstream]\nurl = \"http://127.0.0.1:9/x\"\narguments_schema = { type = \"object\", required = [\"q\"] }\n").await;
+    let config = toolgate_mesh::MeshConfig::new(nats.url());
+    toolgate_gateway::mesh::start(&s.state, config.clone(), None)
+        .await
+        .expect("mesh");
+    let caller = toolgate_mesh::client::Caller::connect(&config, None)
+        .await
+        .expect("caller");
+    let bad = toolgate_mesh::client::Outgoing {
+        call_id: "bad-1".into(),
+        tool: "t".into(),
+        envelope: json!({"call_id": "bad-1", "tool": "t", "arguments": {}}),
+    };
+    caller.publish(&bad).await.expect("publish");
+    let r = caller
+        .result("bad-1", std::time::Duration::from_secs(10))
+        .await
+        .expect("result");
+    assert_eq!(r.outcome, "invalid_arguments");
+    let profile =
+        std::env::temp_dir().join(format!("toolgate-chromium-mesh-{}", std::process::id()));
+    let url = format!("{}/", s.base);
+    let dom = tokio::task::spawn_blocking(move || run(&chrome, &profile, &["--dump-dom"], &url))
+        .await
+        .expect("join");
+    assert!(dom.contains("event mesh"), "{dom}");
+    let mesh_table = dom.split("id=\"mesh-tools\"").nth(1).unwrap_or_default();
+    assert_eq!(
+        cell(mesh_table, "t", "bad dead").as_deref(),
+        Some("1"),
+        "{dom}"
+    );
+    assert_eq!(
+        cell(mesh_table, "t", "pending").as_deref(),
+        Some("0"),
+        "{dom}"
+    );
+}

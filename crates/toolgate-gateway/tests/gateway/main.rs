@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 
+mod procs;
 mod support;
 
 mod admit;
@@ -17,6 +18,7 @@ mod http_errors;
 mod invoke;
 mod lease_caps;
 mod leases;
+mod mesh;
 mod reload;
 mod reload_rules;
 mod reserve;
