@@ -14,6 +14,7 @@ mod circuit;
 mod cli;
 mod connections;
 mod dashboard;
+mod fuzz;
 mod http_errors;
 mod invoke;
 mod lease_caps;
