@@ -1,7 +1,8 @@
 //! The gateway's own settings (`[gateway]`) and loading a config file.
 //!
 //! The core config rejects unknown keys, so the gateway takes its `[gateway]` table
-//! out of the file first and hands the rest to [`Config::from_value`]. Errors of both
+//! out of the file first and hands the rest to
+//! [`Config::from_value`](toolgate::config::Config::from_value). Errors of both
 //! parts are reported together, each with its path.
 //!
 //! ```toml

@@ -347,7 +347,8 @@ impl Engine {
         };
         let result = match (result, &self.inner.core.store) {
             (Ok(local), Some(store)) => match store.admit(*call, waits).await {
-                Ok(lease) => Ok(local.with_lease(lease)),
+                Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease)),
+                Ok(lease) => self.regate_stored(&tool, call, local.with_lease(lease)),
                 Err(r) => {
                     // Nothing ran: the local parts (a probe slot, an adaptive
                     // concurrency slot) go back as if the call never came.
@@ -361,6 +362,31 @@ impl Engine {
             tool.stats.on_reject(r, call.tenant);
         }
         result
+    }
+
+    /// Asks the gates again for a call a shared store admitted after it waited
+    /// there: a breaker that opened meanwhile refuses it (`circuit_open`), and so
+    /// does an upstream pause that began meanwhile (`rate_limited`, with the pause's
+    /// end as `retry_after`) — rather than wait it out holding a store admission
+    /// charged before the pause, which would release every such call at the pause's
+    /// end at once. A refused call gives back what it was given, in the store too.
+    fn regate_stored(
+        &self,
+        tool: &ToolRuntime,
+        call: &Call<'_>,
+        mut permit: Permit,
+    ) -> Result<Permit, Rejection> {
+        let now = self.inner.core.clock.now();
+        let mut probe = permit.is_probe();
+        let gated = tool.gates_after_store(now, call.tenant, &mut probe);
+        permit.set_probe(probe);
+        match gated {
+            Ok(()) => Ok(permit),
+            Err(d) => {
+                permit.cancel();
+                Err(d.rejection)
+            }
+        }
     }
 
     /// Admits every call or none (a multi-step plan): quotas shared by several calls

@@ -150,6 +150,11 @@ impl Permit {
         self.probe = probe;
     }
 
+    /// Whether the permit is a half-open probe of the tool's circuit breaker.
+    pub(crate) fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     /// The tool's name, or `None` for a tool without a policy (admitted without
     /// accounting).
     pub fn tool(&self) -> Option<&str> {

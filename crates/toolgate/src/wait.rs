@@ -368,6 +368,36 @@ impl ToolRuntime {
         })
     }
 
+    /// The gates asked again for a call that a shared store admitted after it waited
+    /// there (`probe`: whether its permit holds a half-open probe, updated). The
+    /// pause and the breaker are asked as for a waiter whose time has come; spreading
+    /// is not (the call claimed its spreading slot before it went to the store).
+    pub(crate) fn gates_after_store(
+        &self,
+        now: Nanos,
+        tenant: Option<&str>,
+        probe: &mut bool,
+    ) -> Result<(), Denied> {
+        self.pause_gate(now, tenant)?;
+        let mut hold = ProbeHold {
+            tool: self,
+            held: *probe,
+        };
+        *probe = false;
+        match self.recheck_circuit(now, &mut hold) {
+            Ok(()) => {
+                *probe = hold.disarm();
+                Ok(())
+            }
+            Err(rejection) => Err(Denied {
+                rejection,
+                at: now,
+                can_wait: false,
+                stale: false,
+            }),
+        }
+    }
+
     /// Asks the breaker again for a waiter: one that holds a half-open probe keeps it
     /// unless the circuit has opened since (which voided every probe), and any other
     /// is let through, made a probe or refused as a new call would be.

@@ -260,3 +260,44 @@ async fn a_store_lease_ttl_set_later_applies_to_new_leases_across_reloads() {
     b.clock().advance(Duration::from_secs(1));
     assert!(b.try_admit(&Call::new("c")).await.is_ok(), "lease expired");
 }
+
+/// A call that waited in the store is asked the gates again when the store admits
+/// it: a breaker that opened meanwhile refuses it (and no call reaches the failing
+/// upstream), and so does an upstream pause that began meanwhile (#13, items 12-13).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_in_the_store_meets_the_gates_that_closed_meanwhile() {
+    use toolgate::{Completion, Outcome};
+    let Some(f) = EngineOnRedisFactory::local() else {
+        return;
+    };
+    let policy = "[tools.t]\nrate = \"1/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"5s\"\n\
+                  [tools.t.circuit]\nmin_calls = 1\nfailure_rate = 0.5\nopen_for = \"30s\"\n\
+                  [tools.p]\nrate = \"1/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"5s\"\n";
+    let b = f.make(policy).await;
+    for (tool, end) in [
+        ("t", Completion::new(Outcome::Error)),
+        (
+            "p",
+            Completion::new(Outcome::Error).retry_after(Duration::from_secs(20)),
+        ),
+    ] {
+        let first = b.admit(&Call::new(tool)).await.expect("first");
+        let engine = b.engine.clone();
+        let waiter = tokio::spawn(async move { engine.admit(&Call::new(tool)).await });
+        tokio::time::sleep(Duration::from_millis(200)).await; // waiting in the store
+        first.complete(end);
+        b.clock().advance(Duration::from_secs(1));
+        let no = waiter
+            .await
+            .expect("joined")
+            .expect_err("a gate closed while it waited");
+        match tool {
+            "t" => assert_eq!(no.reason(), Reason::CircuitOpen, "{no}"),
+            _ => assert_eq!(
+                (no.reason(), no.quota()),
+                (Reason::RateLimited, "tools.p.retry_after"),
+                "{no}"
+            ),
+        }
+    }
+}
