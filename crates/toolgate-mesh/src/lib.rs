@@ -27,6 +27,7 @@ mod claims;
 pub mod client;
 pub mod config;
 mod connect;
+mod delivery;
 mod discovery;
 pub mod envelope;
 pub mod executor;

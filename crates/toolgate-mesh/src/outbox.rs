@@ -13,8 +13,8 @@ use async_nats::jetstream::Context;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
+use crate::delivery::Delivery;
 use crate::envelope::{rfc3339, DeadLetter, DeadReason, MeshResult, Unreadable};
-use crate::process::Delivery;
 use crate::subject;
 
 /// The header that names a dead letter's reason.

@@ -14,6 +14,7 @@ use async_nats::jetstream::AckKind;
 use toolgate::{Permit, Reason};
 
 use crate::claims::{Claim, Owned};
+use crate::delivery::Delivery;
 use crate::envelope::{rfc3339, DeadReason, ErrorBody, MeshCall, MeshResult, Unreadable};
 use crate::executor::{Execution, Failure, Job};
 use crate::shared::Shared;
@@ -29,15 +30,6 @@ pub(crate) enum Ending {
     },
     /// Deliver it again after this long.
     Later(Duration),
-}
-
-/// What the broker said of a delivery.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Delivery {
-    /// 1 for the first delivery.
-    pub(crate) number: u64,
-    /// The call's sequence in the calls stream.
-    pub(crate) sequence: u64,
 }
 
 /// A call's admission taken before it was pulled; given back (as if it never
