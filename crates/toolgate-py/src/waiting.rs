@@ -3,7 +3,7 @@
 //! # How waiting works
 //!
 //! The core's `Engine::admit` future is boxed and polled by `Waiting.poll`, which
-//! the Python driver (`toolgate._policy._wait`) calls from its coroutine. When the
+//! the Python driver (`toolgate._permits.wait`) calls from its coroutine. When the
 //! future is pending, `poll` returns the delay until the clock deadline it sleeps
 //! for (if any); the driver arms an asyncio timer for it and also hands `poll` a
 //! `notify` callback, which the core's waker calls when a waiter ahead of this one

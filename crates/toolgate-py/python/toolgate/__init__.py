@@ -14,8 +14,10 @@ async context manager. See ``toolgate.middleware``, ``toolgate.openai_agents``,
 ``toolgate.langchain`` and ``toolgate.testing``.
 """
 
+from ._config import RateLimit
 from ._errors import AdmissionRejected
-from ._policy import Decision, RateLimit, ToolRateLimitPolicy, rejection_result
+from ._permits import rejection_result
+from ._policy import Decision, ToolRateLimitPolicy
 from ._toolgate import Permit, Rejection, __version__
 
 __all__ = [

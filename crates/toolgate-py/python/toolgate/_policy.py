@@ -1,10 +1,9 @@
 """``ToolRateLimitPolicy``: the Python face of the engine.
 
-Every decision is made by the Rust engine. A call that must wait is a Rust future
-polled from the caller's event loop by :func:`_wait`, with an asyncio timer for the
-next refill and a thread-safe wake-up when the queue moves: no thread is blocked
-and the loop never is. Cancelling the awaiting task drops the Rust future at once,
-so a cancelled waiter leaves the accounting exactly as if it had never come.
+Every decision is made by the Rust engine; waiting for a permit, holding it while
+the call runs and finishing it are :mod:`toolgate._permits`, and the Python values a
+policy is built from are :mod:`toolgate._config`. The policy is at once an engine,
+a decorator, an async context manager and Agent Framework function middleware.
 """
 
 from __future__ import annotations
@@ -13,76 +12,29 @@ import asyncio
 import functools
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from ._config import RateLimit, config_json, limits_config, read_toml
 from ._errors import AdmissionRejected
+from ._permits import Guard, hold, rejection_result, wait
 from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
 
 if TYPE_CHECKING:
+    from agent_framework import FunctionInvocationContext
     from typing_extensions import ParamSpec
 
     P = ParamSpec("P")
+else:
+    FunctionInvocationContext = Any
 
 T = TypeVar("T")
 log = logging.getLogger("toolgate")
 
-__all__ = ["Decision", "RateLimit", "ToolRateLimitPolicy", "rejection_result"]
-
-def _field_error(field: str, value: object, rule: str) -> ValueError:
-    return ValueError(f"{field}: {value!r}: {rule}")
-
-
-def _seconds(field: str, value: object, *, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _field_error(field, value, "must be a finite number of seconds")
-    if value < 0 or (positive and value == 0):
-        raise _field_error(field, value, "must be greater than 0" if positive else "must be at least 0")
-    return float(value)
-
-
-def _count(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _field_error(field, value, "must be a whole number")
-    if value < 1:
-        raise _field_error(field, value, "must be at least 1")
-    return value
-
-
-def _nanos(seconds: float) -> str:
-    return f"{max(1, round(seconds * 1e9))}ns"
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """``requests`` per ``per_seconds``, with bursts of up to ``burst`` (default
-    ``requests``): a token bucket that starts full and refills continuously.
-
-    Raises ``ValueError`` naming the field for invalid values.
-    """
-
-    requests: int
-    per_seconds: float = 1.0
-    burst: int | None = None
-
-    def __post_init__(self) -> None:
-        _count("requests", self.requests)
-        _seconds("per_seconds", self.per_seconds, positive=True)
-        if self.burst is not None:
-            _count("burst", self.burst)
-
-    def to_config(self) -> dict[str, Any]:
-        """The equivalent tool quota in the config format (contract §3)."""
-        cfg: dict[str, Any] = {"rate": f"{self.requests}/{_nanos(self.per_seconds)}"}
-        if self.burst is not None:
-            cfg["burst"] = self.burst
-        return cfg
+__all__ = ["Decision", "ToolRateLimitPolicy"]
 
 
 @dataclass(frozen=True)
@@ -99,73 +51,6 @@ class Decision:
     quota: str | None = None
     retry_after: float | None = None
     tenant: str | None = None
-
-
-def rejection_result(rejection: Rejection | AdmissionRejected) -> str:
-    """The text a model receives instead of a rejected tool's result: JSON naming the
-    tool, the reason, the quota and ``retry_after``, marked ``"rejected_by":
-    "toolgate"`` so that it cannot be mistaken for the tool's own output."""
-    if not isinstance(rejection, Rejection):
-        rejection = Rejection(rejection.tool, rejection.quota, rejection.reason, rejection.retry_after)
-    return rejection.to_json()
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-async def _wait(waiting: Waiting) -> Permit | Rejection:
-    """Drives a waiting call on the running loop until it is decided."""
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            fut: asyncio.Future[None] = loop.create_future()
-            step = waiting.poll(functools.partial(loop.call_soon_threadsafe, _wake, fut))
-            if step is None:
-                await fut
-            elif isinstance(step, float):
-                timer = loop.call_later(step, _wake, fut)
-                try:
-                    await fut
-                finally:
-                    timer.cancel()
-            else:
-                return step
-    finally:
-        waiting.close()
-
-
-class _Guard:
-    """``async with policy.guard("tool"):`` — admits on entry (raising
-    ``AdmissionRejected``), completes the permit on exit."""
-
-    __slots__ = ("_args", "_permit", "_policy")
-
-    def __init__(self, policy: ToolRateLimitPolicy, args: tuple[str, str | None, int, float | None]) -> None:
-        self._policy = policy
-        self._args = args
-        self._permit: Permit | None = None
-
-    async def __aenter__(self) -> Permit:
-        tool, tenant, tokens, max_wait = self._args
-        self._permit = await self._policy.admit(tool, tenant=tenant, tokens=tokens, max_wait=max_wait)
-        return self._permit
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._permit is not None:
-            _finish(self._permit, e)
-
-
-def _finish(permit: Permit, error: BaseException | None) -> None:
-    if error is None:
-        permit.complete("success")
-    elif isinstance(error, asyncio.CancelledError):
-        permit.release()
-    else:
-        permit.complete("error")
 
 
 class ToolRateLimitPolicy:
@@ -203,7 +88,7 @@ class ToolRateLimitPolicy:
         on_decision: Callable[[Decision], None] | None = None,
         tenant_of: Callable[[Any], str | None] | None = None,
     ) -> None:
-        config = _limits_config(limits, on_limit, max_wait, store, unknown_tools)
+        config = limits_config(limits, on_limit, max_wait, store, unknown_tools)
         self._init(Engine.from_json(json.dumps(config), clock=clock), clock, on_decision, tenant_of)
 
     def _init(
@@ -234,7 +119,7 @@ class ToolRateLimitPolicy:
     ) -> ToolRateLimitPolicy:
         """A policy from a TOML file or TOML text with the full config (pools,
         tokens, concurrency, partitions, waiting, shadow mode)."""
-        text = _read_if_path(path_or_text)
+        text = read_toml(path_or_text)
         return cls._from_engine(Engine.from_toml(text, clock=clock), clock, on_decision, tenant_of)
 
     @classmethod
@@ -247,10 +132,7 @@ class ToolRateLimitPolicy:
         tenant_of: Callable[[Any], str | None] | None = None,
     ) -> ToolRateLimitPolicy:
         """A policy from a dict with the structure of the TOML config."""
-        try:
-            text = json.dumps(config)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"config: not representable as TOML/JSON values: {e}") from None
+        text = config_json(config)
         return cls._from_engine(Engine.from_json(text, clock=clock), clock, on_decision, tenant_of)
 
     @classmethod
@@ -295,7 +177,7 @@ class ToolRateLimitPolicy:
         accounting exactly as if the call had never come.
         """
         r = self._engine.admit(tool, tenant, tokens, max_wait)
-        decided = await _wait(r) if isinstance(r, Waiting) else r
+        decided = await wait(r) if isinstance(r, Waiting) else r
         if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
             self._report(tool, decided, tenant)
         return decided
@@ -311,9 +193,9 @@ class ToolRateLimitPolicy:
 
     def guard(
         self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
-    ) -> _Guard:
+    ) -> Guard:
         """An async context manager admitting one call to ``tool``."""
-        return _Guard(self, (tool, tenant, tokens, max_wait))
+        return Guard(lambda: self.admit(tool, tenant=tenant, tokens=tokens, max_wait=max_wait))
 
     def limit(
         self, tool: str | None = None, *, tenant: str | None = None, tokens: int = 0
@@ -329,16 +211,10 @@ class ToolRateLimitPolicy:
 
             @functools.wraps(fn)
             async def admitted(*args: P.args, **kwargs: P.kwargs) -> T:
-                if name not in self._tools and not self._deny_unknown:
+                if not self.governs(name):
                     return await fn(*args, **kwargs)
                 permit = await self.admit(name, tenant=tenant, tokens=tokens)
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException as e:
-                    _finish(permit, e)
-                    raise
-                permit.complete("success")
-                return result
+                return await hold(permit, lambda: fn(*args, **kwargs))
 
             return admitted
 
@@ -353,9 +229,31 @@ class ToolRateLimitPolicy:
             return self.limit()(context)
         return self.process(context, call_next)
 
-    def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> Awaitable[None]:
+    async def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
         """Agent Framework ``FunctionMiddleware.process``: see :mod:`toolgate.middleware`."""
-        return _af_process(self, context, call_next)
+        name: str = context.function.name
+        if not self.governs(name):
+            await call_next()
+            return
+        tenant = self.tenant_of(context) if self.tenant_of is not None else None
+        try:
+            decision = await self.decide(name, tenant=tenant)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            from agent_framework import MiddlewareFailure
+
+            raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
+        if not isinstance(decision, Permit):
+            if decision.quota == "store":
+                # The shared store (Redis) could not decide and the policy fails closed:
+                # that is not the tool's rate limit, so the framework is told.
+                from agent_framework import MiddlewareFailure
+
+                raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: the quota store did not answer")
+            context.result = rejection_result(decision)
+            return
+        await hold(decision, call_next)
 
     def state(self, tool: str, *, tenant: str | None = None) -> dict[str, Any] | None:
         """The live state of ``tool``: ``in_flight``, ``waiting``, ``admitted``,
@@ -386,67 +284,6 @@ class ToolRateLimitPolicy:
         return f"ToolRateLimitPolicy(tools={sorted(self._tools)!r})"
 
 
-if TYPE_CHECKING:
-    from agent_framework import FunctionInvocationContext
-else:
-    FunctionInvocationContext = Any
-
-
-def _limits_config(
-    limits: Mapping[str, RateLimit | Mapping[str, Any]] | None,
-    on_limit: str,
-    max_wait: float,
-    store: str | None,
-    unknown_tools: str,
-) -> dict[str, Any]:
-    if on_limit not in ("reject", "wait"):
-        raise _field_error("on_limit", on_limit, 'must be "reject" or "wait"')
-    if unknown_tools not in ("allow", "deny"):
-        raise _field_error("unknown_tools", unknown_tools, 'must be "allow" or "deny"')
-    wait = _seconds("max_wait", max_wait)
-    store_url = _check_store(store)
-    if limits is None:
-        limits = {}
-    if not isinstance(limits, Mapping):
-        raise _field_error("limits", limits, "must be a mapping of tool names to RateLimit")
-    tools: dict[str, Any] = {}
-    for name, limit in limits.items():
-        if not isinstance(name, str) or not name:
-            raise _field_error("limits", name, "tool names must be non-empty strings")
-        if isinstance(limit, RateLimit):
-            tool = limit.to_config()
-        elif isinstance(limit, Mapping):
-            tool = dict(limit)
-        else:
-            raise _field_error(f"limits[{name!r}]", limit, "must be a RateLimit or a tool config dict")
-        tool.setdefault("on_limit", on_limit)
-        tool.setdefault("max_wait", _nanos(wait) if wait else "0s")
-        tools[name] = tool
-    config: dict[str, Any] = {"unknown_tools": unknown_tools, "tools": tools}
-    if store_url is not None:
-        config["store"] = {"url": store_url}
-    return config
-
-
-def _check_store(store: str | None) -> str | None:
-    if store is None or store == "memory":
-        return None
-    if isinstance(store, str) and store.startswith(("redis://", "rediss://")):
-        return store
-    raise _field_error("store", store, 'must be None, "memory" or a "redis://…" URL')
-
-
-def _read_if_path(path_or_text: str | os.PathLike[str]) -> str:
-    if isinstance(path_or_text, os.PathLike):
-        return Path(path_or_text).read_text(encoding="utf-8")
-    if not isinstance(path_or_text, str):
-        raise _field_error("path_or_text", path_or_text, "must be a path or TOML text")
-    looks_like_toml = "\n" in path_or_text or "=" in path_or_text or "[" in path_or_text
-    if not looks_like_toml:
-        return Path(path_or_text).read_text(encoding="utf-8")
-    return path_or_text
-
-
 def _register_middleware(cls: type) -> None:
     """Makes ``isinstance(policy, agent_framework.FunctionMiddleware)`` true when the
     framework is loaded (it is an ABC). Without it the framework still recognises the
@@ -455,6 +292,3 @@ def _register_middleware(cls: type) -> None:
     base = getattr(af, "FunctionMiddleware", None) if af is not None else None
     if base is not None and not issubclass(cls, base):
         base.register(cls)
-
-
-from .middleware import process as _af_process  # noqa: E402  (middleware.py imports this module)

@@ -67,7 +67,7 @@ class Permit:
 
 @final
 class Waiting:
-    """A call waiting for admission, driven by ``toolgate._policy._wait``."""
+    """A call waiting for admission, driven by ``toolgate._permits.wait``."""
 
     def poll(self, notify: Callable[[], object]) -> Permit | Rejection | float | None:
         """Polls once: the decision, or the delay (seconds) after which to poll again

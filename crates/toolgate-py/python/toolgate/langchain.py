@@ -22,7 +22,8 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
 
-from ._policy import ToolRateLimitPolicy, _finish, rejection_result
+from ._permits import hold, rejection_result
+from ._policy import ToolRateLimitPolicy
 from ._toolgate import Permit
 
 __all__ = ["AdmissionMiddleware"]
@@ -55,10 +56,4 @@ class AdmissionMiddleware(AgentMiddleware):
                 status="error",
                 artifact=r.to_dict(),
             )
-        try:
-            out = await handler(request)
-        except BaseException as e:
-            _finish(r, e)
-            raise
-        r.complete()
-        return out
+        return await hold(r, lambda: handler(request))

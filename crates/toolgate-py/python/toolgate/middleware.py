@@ -22,46 +22,15 @@ engine's short critical sections are shared.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._policy import _finish, rejection_result
-from ._toolgate import Permit
-
-if TYPE_CHECKING:
-    from ._policy import ToolRateLimitPolicy
+from ._policy import ToolRateLimitPolicy
 
 __all__ = ["process"]
 
 
 async def process(policy: ToolRateLimitPolicy, context: Any, call_next: Callable[[], Awaitable[None]]) -> None:
-    """The body of ``ToolRateLimitPolicy.process``."""
-    name: str = context.function.name
-    if not policy.governs(name):
-        await call_next()
-        return
-    tenant = policy.tenant_of(context) if policy.tenant_of is not None else None
-    try:
-        decision = await policy.decide(name, tenant=tenant)
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-        raise
-    except Exception as e:
-        from agent_framework import MiddlewareFailure
-
-        raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
-    if not isinstance(decision, Permit):
-        if decision.quota == "store":
-            # The shared store (Redis) could not decide and the policy fails closed:
-            # that is not the tool's rate limit, so the framework is told.
-            from agent_framework import MiddlewareFailure
-
-            raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: the quota store did not answer")
-        context.result = rejection_result(decision)
-        return
-    try:
-        await call_next()
-    except BaseException as e:
-        _finish(decision, e)
-        raise
-    decision.complete("success")
+    """``policy.process(context, call_next)``: the function middleware described
+    above, for a caller that holds the policy and the call apart."""
+    await policy.process(context, call_next)

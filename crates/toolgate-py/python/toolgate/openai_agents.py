@@ -30,7 +30,8 @@ from typing import Any
 from agents import FunctionTool, ToolGuardrailFunctionOutput, ToolInputGuardrailData, tool_input_guardrail
 from agents.tool_guardrails import ToolInputGuardrail
 
-from ._policy import ToolRateLimitPolicy, _finish, rejection_result
+from ._permits import hold, rejection_result
+from ._policy import ToolRateLimitPolicy
 from ._toolgate import Permit
 
 __all__ = ["admission_guardrail", "limit_tool", "limit_tools"]
@@ -67,13 +68,7 @@ def limit_tool(policy: ToolRateLimitPolicy, tool: FunctionTool) -> FunctionTool:
         r = await policy.decide(name, tenant=tenant)
         if not isinstance(r, Permit):
             return rejection_result(r)
-        try:
-            out = await invoke(ctx, arguments)
-        except BaseException as e:
-            _finish(r, e)
-            raise
-        r.complete()
-        return out
+        return await hold(r, lambda: invoke(ctx, arguments))
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
