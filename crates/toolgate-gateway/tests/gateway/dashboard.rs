@@ -162,6 +162,7 @@ async fn the_dashboard_shows_the_mesh_lag_and_dead_letters_per_tool() {
     toolgate_gateway::mesh::start(&s.state, config.clone(), None)
         .await
         .expect("mesh");
+    crate::mesh::mesh_ready_in(&s.state).await;
     let caller = toolgate_mesh::client::Caller::connect(&config, None)
         .await
         .expect("caller");

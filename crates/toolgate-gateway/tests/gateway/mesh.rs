@@ -98,6 +98,22 @@ async fn health(http: &reqwest::Client, base: &str) -> Value {
     }
 }
 
+/// Waits until the mesh of the gateway at `base` is ready (streams made, workers on).
+pub async fn mesh_ready(http: &reqwest::Client, base: &str) {
+    crate::support::eventually("the mesh is ready", Duration::from_secs(15), || async {
+        health(http, base).await["mesh"]["status"] == "ok"
+    })
+    .await;
+}
+
+/// Waits until an in-process mesh is ready.
+pub async fn mesh_ready_in(state: &toolgate_gateway::state::AppState) {
+    crate::support::eventually("the mesh is ready", Duration::from_secs(15), || async {
+        state.mesh().is_some_and(|m| m.view().status == "ok")
+    })
+    .await;
+}
+
 async fn caller(nats: &NatsServer) -> Caller {
     Caller::connect(&MeshConfig::new(nats.url()), None)
         .await
@@ -211,7 +227,9 @@ async fn a_gateway_killed_mid_run_loses_no_call_and_repeats_only_calls_in_flight
     let mut a = Gateway::start(&config, &["--mesh", &nats.url()]);
     let b = Gateway::start(&config, &["--mesh", &nats.url()]);
     let c = caller(&nats).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await; // both consumers ready
+    let http = reqwest::Client::new();
+    mesh_ready(&http, &a.base).await;
+    mesh_ready(&http, &b.base).await;
     let n = 40;
     for i in 0..n {
         c.publish(&call(&format!("c{i}"), Some(&format!("k{i}"))))
@@ -322,10 +340,12 @@ async fn two_gateways_on_one_redis_and_one_stream_keep_one_quota() {
             up.url
         ),
     );
-    let _a = Gateway::start(&config, &["--mesh", &nats.url(), "--store", &redis.url()]);
-    let _b = Gateway::start(&config, &["--mesh", &nats.url(), "--store", &redis.url()]);
+    let a = Gateway::start(&config, &["--mesh", &nats.url(), "--store", &redis.url()]);
+    let b = Gateway::start(&config, &["--mesh", &nats.url(), "--store", &redis.url()]);
     let c = caller(&nats).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let http = reqwest::Client::new();
+    mesh_ready(&http, &a.base).await;
+    mesh_ready(&http, &b.base).await;
     let start = Instant::now();
     for i in 0..30 {
         c.publish(&call(&format!("s{i}"), None))
@@ -369,6 +389,7 @@ async fn a_reload_that_adds_a_tool_starts_consuming_its_calls() {
     toolgate_gateway::mesh::start(&s.state, MeshConfig::new(nats.url()), None)
         .await
         .expect("mesh");
+    mesh_ready_in(&s.state).await;
     let c = caller(&nats).await;
     let mut b = call("b-1", None);
     b.tool = "b".into();
