@@ -12,6 +12,7 @@ use crate::support::{call, config, wait_ready, Upstream};
 /// runs it only when the caller yields) still stops it, within the grace.
 #[tokio::test(flavor = "current_thread")]
 async fn a_mesh_shut_down_right_after_it_starts_stops_at_once() {
+    let _turn = crate::support::turn().await;
     let nats = toolgate_mesh::testing::NatsServer::start();
     let engine = Engine::new(Policy::from_toml_str("[tools.t]\n").expect("policy"));
     let up = Upstream::new(engine.clone(), &["t"]);
@@ -31,6 +32,7 @@ async fn a_mesh_shut_down_right_after_it_starts_stops_at_once() {
 /// (none is left in a pull of the gateway before it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_published_between_two_meshes_are_all_answered_by_the_second() {
+    let _turn = crate::support::turn().await;
     let nats = toolgate_mesh::testing::NatsServer::start();
     let mut cfg = config(&nats.url());
     cfg.ack_wait = Duration::from_secs(30);

@@ -155,6 +155,10 @@ impl Executor for Upstream {
 
 /// A broker, an engine on `policy`, an upstream and a running mesh.
 pub struct Rig {
+    /// Held for the test's length: the tests of this binary run one at a time (each
+    /// has its own broker and bounds on time, which two cores shared by many
+    /// brokers would blur).
+    pub _turn: tokio::sync::MutexGuard<'static, ()>,
     pub nats: NatsServer,
     pub upstream: Arc<Upstream>,
     pub mesh: Mesh,
@@ -169,7 +173,14 @@ pub fn config(url: &str) -> MeshConfig {
     c
 }
 
+/// One test at a time (see [`Rig`]).
+pub async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
 pub async fn rig(policy: &str, tools: &[&str]) -> Rig {
+    let turn = turn().await;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -184,6 +195,7 @@ pub async fn rig(policy: &str, tools: &[&str]) -> Rig {
     wait_ready(&mesh).await;
     let caller = Caller::connect(&config, None).await.expect("caller");
     Rig {
+        _turn: turn,
         nats,
         upstream,
         mesh,
