@@ -23,9 +23,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use crate::clock::{nanos, Nanos};
+use crate::clock::{nanos, wall_clock, Nanos};
 use crate::config::{OnLimit, RetryConfig, DEFAULT_MAX_PAUSE};
 use crate::decision::{Call, Completion, Outcome, Rejection};
 use crate::engine::{Engine, ExecuteError};
@@ -254,7 +254,7 @@ impl<T, E> AttemptResult<T, E> {
     /// The response's raw `Retry-After` header (delta-seconds or HTTP-date, against the
     /// system's wall clock); garbage is ignored.
     pub fn retry_after_header(mut self, value: &str) -> Self {
-        if let Some(after) = crate::retry::retry_after(value, SystemTime::now()) {
+        if let Some(after) = crate::retry::retry_after(value, wall_clock()) {
             self.retry_after = Some(after);
         }
         self
