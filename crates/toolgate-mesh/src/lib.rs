@@ -35,6 +35,8 @@ mod discovery;
 pub mod envelope;
 pub mod executor;
 mod mesh;
+#[cfg(all(doctest, feature = "test-util"))]
+mod must_use;
 mod outbox;
 mod process;
 mod shared;

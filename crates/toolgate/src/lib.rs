@@ -82,6 +82,8 @@ mod gates;
 mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
+#[cfg(doctest)]
+mod must_use;
 mod observe;
 mod partition;
 mod permit;

@@ -81,6 +81,7 @@ impl RetryRuntime {
 /// assert_eq!(opts.idempotency_key_value(), Some("order-42"));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
+#[must_use = "options do nothing until passed to `Engine::run`"]
 pub struct RunOptions<'k> {
     idempotency_key: Option<&'k str>,
     deadline: Option<Duration>,
@@ -190,6 +191,7 @@ impl<'k> AttemptCtx<'k> {
 /// assert_eq!(busy.retry_after_value(), Some(Duration::from_secs(2)));
 /// ```
 #[derive(Debug)]
+#[must_use = "an attempt's result is what the pipeline classifies: return it"]
 pub struct AttemptResult<T, E> {
     result: Result<T, E>,
     end: AttemptEnd,
