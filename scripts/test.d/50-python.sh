@@ -2,7 +2,8 @@
 # The Python package (crates/toolgate-py): builds it from source into a venv,
 # checks its stubs against the compiled module (mypy.stubtest) and its Python
 # sources (mypy --strict), then runs its pytest suite, which includes a real
-# Agent Framework agent, the OpenAI Agents SDK and LangChain adapters, offline.
+# Agent Framework agent, the OpenAI Agents SDK and LangChain adapters (offline),
+# shared quotas on a real redis-server and the mesh example on a real nats-server.
 # A debug build: it reuses what `cargo test --workspace` compiled, and the
 # tests do not depend on speed (scripts/bench-python builds with --release).
 set -euo pipefail

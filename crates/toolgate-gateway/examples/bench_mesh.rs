@@ -18,6 +18,10 @@
 //! 500 calls/s for the latency run, 2 interleaved rounds; the best round is kept).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

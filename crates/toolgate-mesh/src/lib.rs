@@ -22,6 +22,10 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "envelopes carry wall-clock times and deadlines (RFC 3339), checked on the wall clock"
+)]
 
 mod claims;
 pub mod client;
@@ -32,6 +36,8 @@ mod discovery;
 pub mod envelope;
 pub mod executor;
 mod mesh;
+#[cfg(all(doctest, feature = "test-util"))]
+mod must_use;
 mod outbox;
 mod process;
 mod shared;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 /// A `nats-server` with JetStream, for one test.
 #[derive(Debug)]
+#[must_use = "the server is stopped when dropped"]
 pub struct NatsServer {
     child: Option<Child>,
     /// Its client port on 127.0.0.1.

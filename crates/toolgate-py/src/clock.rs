@@ -81,6 +81,10 @@ pub(crate) fn duration(field: &str, seconds: f64) -> PyResult<Duration> {
 // === impl LoopClock ===
 
 impl LoopClock {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "this is the binding's clock: its origin"
+    )]
     fn new() -> Self {
         Self {
             origin: Instant::now(),

@@ -8,6 +8,11 @@
 //!     --url redis://127.0.0.1:6390 --callers 64 --secs 5
 //! ```
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
+
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -50,6 +50,8 @@ mod grant;
 mod ids;
 mod keys;
 mod lease;
+#[cfg(doctest)]
+mod must_use;
 mod permit;
 mod plan;
 mod quota;

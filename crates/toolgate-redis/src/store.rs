@@ -41,6 +41,7 @@ pub struct RedisGate {
 
 /// Options of a [`RedisGate`] beyond the `[store]` section.
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `connect`ed"]
 pub struct Builder {
     policy: Policy,
     store: StoreConfig,

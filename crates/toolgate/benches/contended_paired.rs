@@ -15,6 +15,10 @@
 //! cores' (when a run stays in one regime, both halves show it).
 
 #![allow(clippy::unwrap_used, missing_docs)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;

@@ -2,6 +2,10 @@
 //! clock noise). Run: `cargo bench -p toolgate --bench toolgate_benches`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
 
 mod contended;
 mod partitions;

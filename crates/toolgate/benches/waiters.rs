@@ -4,6 +4,10 @@
 //! Under `cargo test` (no `--bench` argument) it runs a small, quick version.
 
 #![allow(clippy::unwrap_used, missing_docs)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
 
 use std::time::{Duration, Instant};
 

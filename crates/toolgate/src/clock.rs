@@ -29,6 +29,13 @@
 //! true)]`) tokio's timer decides, and the precise timer, which follows the real
 //! clock, can neither complete a sleep early nor make it spin.
 
+// The one place where the system's clocks are read (`.clippy.toml` disallows
+// `Instant::now` and `SystemTime::now` elsewhere in the core).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the clock module is the core's one reader of the system's clocks"
+)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -36,7 +43,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -62,6 +69,12 @@ pub trait Clock: fmt::Debug + Send + Sync + 'static {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
+}
+
+/// The wall-clock time now, for what only the wall clock answers: an HTTP-date in an
+/// upstream's `Retry-After`. Admission never reads it; it runs on a [`Clock`].
+pub(crate) fn wall_clock() -> SystemTime {
+    SystemTime::now()
 }
 
 /// Converts a [`Duration`] to [`Nanos`], saturating at `u64::MAX` (about 584 years).

@@ -55,6 +55,7 @@ pub struct Rejection {
 /// assert_eq!(call.tool_name(), "search_documents");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a call describes an admission and does nothing until passed to one"]
 pub struct Call<'a> {
     pub(crate) tool: &'a str,
     pub(crate) tenant: Option<&'a str>,
@@ -91,6 +92,7 @@ pub enum Outcome {
 /// What a caller reports when an admitted call ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+#[must_use = "a completion does nothing until passed to a permit's `complete`"]
 pub struct Completion {
     /// How the call ended.
     pub outcome: Outcome,

@@ -49,6 +49,7 @@ pub use pipeline::{ClassifyResponse, Pipeline, PipelineLayer, RunReport};
 
 /// The tool identity and cost of one request, as returned by a classifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a call spec does nothing until a classifier returns it"]
 pub struct CallSpec {
     tool: String,
     tenant: Option<String>,

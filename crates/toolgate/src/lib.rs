@@ -64,7 +64,9 @@
 //!
 //! # Minimum supported Rust version
 //!
-//! Rust 1.85. Raising it is a minor-version change.
+//! Rust 1.95, the version the project is tested with (`rust-version` in its
+//! `Cargo.toml`, so cargo refuses an older toolchain). Raising it is a minor-version
+//! change.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
@@ -80,6 +82,8 @@ mod gates;
 mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
+#[cfg(doctest)]
+mod must_use;
 mod observe;
 mod partition;
 mod permit;

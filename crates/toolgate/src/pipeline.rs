@@ -23,9 +23,9 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use crate::clock::{nanos, Nanos};
+use crate::clock::{nanos, wall_clock, Nanos};
 use crate::config::{OnLimit, RetryConfig, DEFAULT_MAX_PAUSE};
 use crate::decision::{Call, Completion, Outcome, Rejection};
 use crate::engine::{Engine, ExecuteError};
@@ -81,6 +81,7 @@ impl RetryRuntime {
 /// assert_eq!(opts.idempotency_key_value(), Some("order-42"));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
+#[must_use = "options do nothing until passed to `Engine::run`"]
 pub struct RunOptions<'k> {
     idempotency_key: Option<&'k str>,
     deadline: Option<Duration>,
@@ -190,6 +191,7 @@ impl<'k> AttemptCtx<'k> {
 /// assert_eq!(busy.retry_after_value(), Some(Duration::from_secs(2)));
 /// ```
 #[derive(Debug)]
+#[must_use = "an attempt's result is what the pipeline classifies: return it"]
 pub struct AttemptResult<T, E> {
     result: Result<T, E>,
     end: AttemptEnd,
@@ -254,7 +256,7 @@ impl<T, E> AttemptResult<T, E> {
     /// The response's raw `Retry-After` header (delta-seconds or HTTP-date, against the
     /// system's wall clock); garbage is ignored.
     pub fn retry_after_header(mut self, value: &str) -> Self {
-        if let Some(after) = crate::retry::retry_after(value, SystemTime::now()) {
+        if let Some(after) = crate::retry::retry_after(value, wall_clock()) {
             self.retry_after = Some(after);
         }
         self

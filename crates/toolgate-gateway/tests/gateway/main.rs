@@ -2,6 +2,10 @@
 //! tests with `oneshot`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests over real HTTP bound and measure real time"
+)]
 
 mod procs;
 mod support;

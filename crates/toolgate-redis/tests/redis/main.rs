@@ -5,6 +5,10 @@
 //! `TOOLGATE_SKIP_REDIS=1` to skip them locally.
 
 #![allow(unreachable_pub)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests against real Redis servers bound and measure real time"
+)]
 
 mod backend;
 mod semantic;

@@ -2,7 +2,7 @@
 //! HTTP-client-like service.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tower::{BoxError, Layer, Service, ServiceExt};
 
@@ -38,7 +38,7 @@ impl<B> ClassifyResponse for http::Response<B> {
             .get(http::header::RETRY_AFTER)?
             .to_str()
             .ok()?;
-        crate::retry::retry_after(v, SystemTime::now())
+        crate::retry::retry_after(v, crate::clock::wall_clock())
     }
 
     fn attach_report(&mut self, report: RunReport) {

@@ -87,7 +87,7 @@ impl WordForm {
     pub(crate) fn to_word(self, tat: Tat) -> Option<u64> {
         let v = tat.get();
         let g = u128::from(self.g);
-        if v % g != 0 {
+        if !v.is_multiple_of(g) {
             return None;
         }
         u64::try_from(v / g).ok()

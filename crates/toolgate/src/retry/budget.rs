@@ -93,6 +93,7 @@ impl RetryBudget {
 
     /// Takes one retry from the budget at `now`, if there is one: from the ratio
     /// allowance, else from the floor bucket.
+    #[must_use = "a retry is taken from the budget only when this says `true`"]
     pub fn try_withdraw(&self, now: Nanos) -> bool {
         let mut s = self.inner.lock();
         let (calls, retries) = s.window.totals(now);

@@ -15,10 +15,18 @@ use crate::support::{assert_rejected, engine, ms};
 const YEAR_9999: &str = "Fri, 31 Dec 9999 23:59:59 GMT";
 
 /// What an upstream's `Retry-After: Fri, 31 Dec 9999 …` asks for.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an HTTP date is read against the wall clock"
+)]
 fn centuries() -> Duration {
     toolgate::retry::retry_after(YEAR_9999, SystemTime::now()).unwrap()
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a reset time is read against the wall clock"
+)]
 fn headers(h: &[(&str, &str)]) -> Completion {
     let s = toolgate::shaping::server_limit(h.iter().copied(), SystemTime::now()).unwrap();
     Completion::success().server_limit(s)

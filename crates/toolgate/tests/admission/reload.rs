@@ -347,6 +347,10 @@ fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
 /// Moves the clock on in steps until every task has finished (on a busy machine a
 /// task may only start after the clock last moved, and would then sleep forever),
 /// failing rather than hanging.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a bound on the real time the test may take"
+)]
 fn drain(
     rt: &tokio::runtime::Runtime,
     clock: &toolgate::ManualClock,

@@ -121,6 +121,10 @@ fn retry_after_in_delta_seconds_is_waited_exactly() {
     assert_eq!(seen.borrow()[1].2, 2_000_000_000, "retried at exactly 2 s");
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an HTTP date is read against the wall clock"
+)]
 #[test]
 fn retry_after_as_an_http_date_and_garbage() {
     let (engine, clock) = engine(&policy(

@@ -59,6 +59,10 @@ fn a_waiting_call_waits_the_pause_out_or_is_told_at_once_that_it_cannot() {
     assert_eq!(r.retry_after(), Some(Duration::from_secs(10)));
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a reset time is read against the wall clock"
+)]
 fn low(remaining: u64, reset_secs: u64) -> Completion {
     let headers = [
         ("X-RateLimit-Limit", "100".to_string()),

@@ -1,0 +1,1 @@
+"""scripts/check-layers: import cycles between modules (see that script's doc)."""
