@@ -55,7 +55,7 @@ struct Shard {
 
 /// Why no partition was handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub(crate) enum NoPartition {
     /// Every partition slot (of the shard, for a large cap) is held by a busy tenant.
     Full,
     /// A reload replaced these partitions: start over on the policy in force.
@@ -111,7 +111,12 @@ impl Partitions {
     }
 
     /// The cell of `key`, created from `def` if absent.
-    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<Cell>, Refused> {
+    pub(crate) fn get(
+        &self,
+        key: &str,
+        def: &QuotaDef,
+        now: Nanos,
+    ) -> Result<Arc<Cell>, NoPartition> {
         let mut shard = self.shard(key).lock();
         if let Some(cell) = shard.map.get(key) {
             // Retired with the map, if a reload converted it: the caller finds out
@@ -119,13 +124,13 @@ impl Partitions {
             return Ok(cell.clone());
         }
         if shard.retired {
-            return Err(Refused::Retired);
+            return Err(NoPartition::Retired);
         }
         if shard.map.len() >= shard.next_sweep || shard.map.len() >= self.per_shard_max {
             shard.sweep(def, now);
             shard.next_sweep = (shard.map.len() * 2).max(MIN_SWEEP);
             if shard.map.len() >= self.per_shard_max {
-                return Err(Refused::Full);
+                return Err(NoPartition::Full);
             }
         }
         let cell = Arc::new(Cell::new(def.fresh(now)));
@@ -223,7 +228,7 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Rate, Window};
+    use crate::vocab::{Rate, Window};
 
     fn def() -> QuotaDef {
         let rate = Rate::per_second(1).unwrap_or_else(|e| panic!("{e}"));
@@ -263,8 +268,8 @@ mod tests {
                     cell.lock().charge(&def, 1, 0);
                     admitted += 1;
                 }
-                Err(Refused::Full) => {}
-                Err(Refused::Retired) => panic!("not converted"),
+                Err(NoPartition::Full) => {}
+                Err(NoPartition::Retired) => panic!("not converted"),
             }
         }
         assert_eq!(parts.len(), admitted);
@@ -305,7 +310,10 @@ mod tests {
         assert!(old
             .get("known", &def, 0)
             .is_ok_and(|c| Arc::ptr_eq(&c, &known)));
-        assert_eq!(old.get("newcomer", &def, 0).err(), Some(Refused::Retired));
+        assert_eq!(
+            old.get("newcomer", &def, 0).err(),
+            Some(NoPartition::Retired)
+        );
         assert!(new.get("newcomer", &def, 0).is_ok());
         assert_eq!(new.len(), 2);
     }

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::task::Waker;
 
 use crate::clock::Nanos;
-use crate::config::{Mode, Rate, Window as WindowKind};
-use crate::decision::Reason;
 use crate::partition::Partitions;
 use crate::rate::{Gcra, SlidingLog, Tat, Window, WordForm};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard};
+use crate::vocab::{Mode, Rate, Reason, Window as WindowKind, DEFAULT_MAX_PARTITIONS};
 use std::sync::atomic::Ordering;
 
 /// What a quota limits.
@@ -260,7 +259,7 @@ impl QuotaDef {
             cost_of,
             shadow: false,
             partitioned: false,
-            max_partitions: crate::config::DEFAULT_MAX_PARTITIONS,
+            max_partitions: DEFAULT_MAX_PARTITIONS,
         }
     }
 

@@ -3,10 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::config::{Mode, OnLimit};
 use crate::engine::Engine;
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CostOf, Kind, Quota, Slot};
+use crate::vocab::{Mode, OnLimit};
 
 /// The live state of one tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
