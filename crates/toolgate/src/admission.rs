@@ -12,10 +12,9 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
-use crate::partition::NoPartition;
 use crate::permit::{Held, HeldParts, Permit};
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, Quota, Slot};
+use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, NoPartition, Quota, Slot};
 use crate::vocab::{Call, Completion, Reason, Rejection};
 
 /// A cell, borrowed from the policy or owned (a tenant partition).
@@ -222,25 +221,6 @@ pub(crate) fn charge(
         if s.is_held() {
             held.push(s.held());
         }
-    }
-}
-
-// === impl Quota ===
-
-impl Quota {
-    /// What `call` costs on this quota.
-    #[inline]
-    fn cost(&self, call: &Call<'_>) -> u64 {
-        match self.def.cost_of {
-            CostOf::Requests => call.count,
-            CostOf::Tokens => call.tokens,
-        }
-    }
-
-    /// Whether `call`'s cost is within the quota's capacity.
-    #[inline]
-    fn fits(&self, call: &Call<'_>) -> bool {
-        self.cost(call) <= self.def.capacity()
     }
 }
 

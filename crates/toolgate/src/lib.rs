@@ -80,7 +80,6 @@ mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod observe;
-mod partition;
 mod permit;
 mod pipeline;
 mod policy;

@@ -85,7 +85,7 @@ impl Engine {
         };
         let mut g = cell.lock();
         g.settle(&q.def, now);
-        Some(q.def.available(&g.limiter, now))
+        Some(g.limiter.available(&q.def, now))
     }
 
     /// Evicts every idle tenant partition now (an idle partition is one whose state
@@ -141,7 +141,7 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
                         crate::quota::Limiter::Concurrency { limit, .. } => *limit,
                         _ => def.capacity(),
                     };
-                    (Some(def.available(&g.limiter, now)), g.waiters(now), cap)
+                    (Some(g.limiter.available(def, now)), g.waiters(now), cap)
                 }
                 // An unseen tenant has a fresh, full partition.
                 None if tenant.is_some() => (Some(def.capacity()), 0, def.capacity()),
