@@ -10,21 +10,23 @@
 //!
 //! Forms: `governor` (one `check()`), `scoped` (`ToolHandle::try_admit_scoped`),
 //! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`), `tenant`
-//! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn) and
-//! `governor_keyed` (governor's keyed limiter, the same tenants). Without
-//! arguments (as under `cargo test --benches`) each form runs a few calls.
+//! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
+//! (`Engine::try_admit` of a call under four quotas, completed with its token count,
+//! as in the `quotas_per_call` criterion group) and `governor_keyed` (governor's
+//! keyed limiter, the same tenants). Without arguments (as under
+//! `cargo test --benches`) each form runs a few calls.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::hint::black_box;
 
-use toolgate::Call;
+use toolgate::{Call, Completion};
 
 #[path = "support.rs"]
 #[allow(dead_code)]
 mod support;
 
-use support::{engine, governor_direct, governor_keyed, tenant_keys, OPEN_BUCKET};
+use support::{engine, governor_direct, governor_keyed, tenant_keys, FOUR_QUOTAS, OPEN_BUCKET};
 
 fn run(form: &str, n: u64) {
     let e = engine(OPEN_BUCKET);
@@ -49,8 +51,16 @@ fn run(form: &str, n: u64) {
                 drop(e.try_admit(black_box(&call)).unwrap());
             });
         }
+        "four" => {
+            let e = engine(FOUR_QUOTAS);
+            let call = Call::new("t").tokens(10);
+            (0..n).for_each(|_| {
+                let permit = e.try_admit(black_box(&call)).unwrap();
+                permit.complete(Completion::success().tokens(10));
+            });
+        }
         other => panic!(
-            "unknown form {other:?}: governor, scoped, owned, by_name, tenant or governor_keyed"
+            "unknown form {other:?}: governor, scoped, owned, by_name, tenant, four or governor_keyed"
         ),
     }
 }
@@ -68,6 +78,7 @@ fn main() {
             "owned",
             "by_name",
             "tenant",
+            "four",
             "governor_keyed",
         ]
         .into_iter()

@@ -4,21 +4,7 @@
 use criterion::{BenchmarkId, Criterion};
 use toolgate::{Call, Completion};
 
-use crate::support::{engine, OPEN_BUCKET, TOOLGATE};
-
-const FOUR: &str = r#"
-[pools.crm]
-rate = "4000000000/s"
-burst = 4000000000
-
-[tools.t]
-rate = "4000000000/s"
-burst = 4000000000
-tokens = "4000000000/s"
-tokens_burst = 4000000000
-concurrency = 64
-pools = ["crm"]
-"#;
+use crate::support::{engine, FOUR_QUOTAS, OPEN_BUCKET, TOOLGATE};
 
 pub(crate) fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("quotas_per_call");
@@ -30,7 +16,7 @@ pub(crate) fn bench(c: &mut Criterion) {
                 .complete(Completion::success())
         });
     });
-    let four = engine(FOUR);
+    let four = engine(FOUR_QUOTAS);
     let call = Call::new("t").tokens(10);
     g.bench_function(BenchmarkId::new("4_quotas", TOOLGATE), |b| {
         b.iter(|| {

@@ -21,6 +21,22 @@ pub(crate) fn engine(toml: &str) -> Engine {
 
 pub(crate) const OPEN_BUCKET: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000";
 
+/// One tool under four quotas, all always open: its own rate, a pool's rate, a token
+/// budget and a concurrency limit.
+pub(crate) const FOUR_QUOTAS: &str = r#"
+[pools.crm]
+rate = "4000000000/s"
+burst = 4000000000
+
+[tools.t]
+rate = "4000000000/s"
+burst = 4000000000
+tokens = "4000000000/s"
+tokens_burst = 4000000000
+concurrency = 64
+pools = ["crm"]
+"#;
+
 pub(crate) type Direct = RateLimiter<
     governor::state::NotKeyed,
     governor::state::InMemoryState,

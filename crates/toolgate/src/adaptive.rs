@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use crate::config::{AdaptiveAlgorithm, AdaptiveConfig};
-use crate::decision::Outcome;
 use crate::sync::Mutex;
+use crate::vocab::Outcome;
 
 /// The adaptive limit of one tool.
 #[derive(Debug)]

@@ -12,11 +12,10 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::Nanos;
-use crate::decision::{Call, Completion, Reason, Rejection};
-use crate::partition::Refused;
-use crate::permit::{Held, Held2, Permit};
+use crate::permit::{Held, HeldParts, Permit};
 use crate::policy::ToolRuntime;
-use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, Quota, Slot};
+use crate::quota::{Cell, CellGuard, CostOf, Fit, Kind, NoPartition, Quota, Slot};
+use crate::vocab::{Call, Completion, Reason, Rejection};
 
 /// A cell, borrowed from the policy or owned (a tenant partition).
 #[derive(Debug)]
@@ -51,9 +50,14 @@ pub(crate) struct Verdict {
     pub(crate) full: Option<usize>,
 }
 
-/// A call that could not be admitted now.
+/// The engine's own "no" to a call, before a caller is told: the [`Rejection`] it
+/// would be told, with what only the engine acts on — when the rate and token
+/// quotas would conform, whether waiting can help, and whether the answer is no
+/// answer at all because a reload retired a cell of the plan. It is not a second kind
+/// of refusal: a caller only ever sees its rejection ([`ToolRuntime::refuse`]), and
+/// every path that does not admit (try, wait, the gates) says it with this one type.
 #[derive(Debug)]
-pub(crate) struct Denied {
+pub(crate) struct Denial {
     pub(crate) rejection: Rejection,
     /// The earliest conforming time of the rate and token quotas.
     pub(crate) at: Nanos,
@@ -64,9 +68,9 @@ pub(crate) struct Denied {
     pub(crate) stale: bool,
 }
 
-// === impl Denied ===
+// === impl Denial ===
 
-impl Denied {
+impl Denial {
     /// The answer when a reload retired a cell of the plan: not a rejection, a retry.
     pub(crate) fn stale(placeholder: Rejection) -> Self {
         Self {
@@ -74,6 +78,18 @@ impl Denied {
             at: 0,
             can_wait: false,
             stale: true,
+        }
+    }
+}
+
+impl From<Rejection> for Denial {
+    /// A rejection that waiting cannot change (`at` is then never read).
+    fn from(rejection: Rejection) -> Self {
+        Self {
+            rejection,
+            at: 0,
+            can_wait: false,
+            stale: false,
         }
     }
 }
@@ -193,7 +209,7 @@ pub(crate) fn charge(
     guards: &mut [CellGuard<'_>],
     at: Nanos,
     shadow: bool,
-    held: &mut Held2,
+    held: &mut HeldParts,
 ) {
     for (s, g) in plan.iter().zip(guards.iter_mut()) {
         if s.quota.def.shadow != shadow {
@@ -205,25 +221,6 @@ pub(crate) fn charge(
         if s.is_held() {
             held.push(s.held());
         }
-    }
-}
-
-// === impl Quota ===
-
-impl Quota {
-    /// What `call` costs on this quota.
-    #[inline]
-    fn cost(&self, call: &Call<'_>) -> u64 {
-        match self.def.cost_of {
-            CostOf::Requests => call.count,
-            CostOf::Tokens => call.tokens,
-        }
-    }
-
-    /// Whether `call`'s cost is within the quota's capacity.
-    #[inline]
-    fn fits(&self, call: &Call<'_>) -> bool {
-        self.cost(call) <= self.def.capacity()
     }
 }
 
@@ -246,7 +243,7 @@ impl ToolRuntime {
 
     /// The quotas governing `call`, sorted in lock order; a stale denial when a
     /// reload replaced a tenant's partitions meanwhile.
-    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Denied> {
+    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Denial> {
         let mut plan = Plan::new();
         // Every quota unpartitioned: the steps cannot fail but for a cost above a
         // capacity (named in config order, by the loop below). The steps are built
@@ -281,10 +278,10 @@ impl ToolRuntime {
 
     /// The step of `call` on the quota at `rank`.
     #[inline(always)]
-    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Denied> {
+    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Denial> {
         let q = &self.quotas[rank];
         let cost = q.cost(call);
-        let refuse = |reason| Denied {
+        let refuse = |reason| Denial {
             rejection: self.rejection(q, reason, None),
             at: now,
             can_wait: false,
@@ -298,8 +295,10 @@ impl ToolRuntime {
             Slot::Partitioned(parts) => {
                 let tenant = call.tenant.unwrap_or("");
                 let cell = parts.get(tenant, &q.def, now).map_err(|r| match r {
-                    Refused::Full => refuse(Reason::RateLimited),
-                    Refused::Retired => Denied::stale(self.rejection(q, Reason::RateLimited, None)),
+                    NoPartition::Full => refuse(Reason::RateLimited),
+                    NoPartition::Retired => {
+                        Denial::stale(self.rejection(q, Reason::RateLimited, None))
+                    }
                 })?;
                 CellRef::Owned(cell)
             }
@@ -313,9 +312,9 @@ impl ToolRuntime {
     }
 
     /// Counts a refusal and hands back its rejection.
-    pub(crate) fn refuse(&self, denied: Denied, tenant: Option<&str>) -> Rejection {
-        self.stats.on_reject(&denied.rejection, tenant);
-        denied.rejection
+    pub(crate) fn refuse(&self, denial: Denial, tenant: Option<&str>) -> Rejection {
+        self.stats.on_reject(&denial.rejection, tenant);
+        denial.rejection
     }
 
     /// Admits `call` now or says why not; never waits.
@@ -323,7 +322,7 @@ impl ToolRuntime {
         self: &Arc<Self>,
         call: &Call<'_>,
         now: Nanos,
-    ) -> Result<Permit, Denied> {
+    ) -> Result<Permit, Denial> {
         if self.try_admit_fast(call, now) {
             return Ok(Permit::immediate(Some(self.clone()), now));
         }
@@ -336,7 +335,7 @@ impl ToolRuntime {
         self: &Arc<Self>,
         call: &Call<'_>,
         now: Nanos,
-    ) -> Result<Permit, Denied> {
+    ) -> Result<Permit, Denial> {
         self.pause_gate(now, call.tenant)?;
         let spread = self.spread_gate(now, call.tenant)?;
         let probe = self
@@ -465,7 +464,7 @@ impl ToolRuntime {
         }
     }
 
-    fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denied> {
+    fn try_quotas(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Result<Permit, Denial> {
         // The gates have let the call through: the bucket's compare-and-swap, unless
         // `try_admit_fast` tried it already (it does when no gate had a say).
         let bucket = self.fast_bucket().filter(|_| !self.ungated(now));
@@ -501,9 +500,9 @@ impl ToolRuntime {
         guards: &mut [CellGuard<'_>],
         call: &Call<'_>,
         now: Nanos,
-    ) -> Result<Held2, Denied> {
+    ) -> Result<HeldParts, Denial> {
         if retired(guards) {
-            return Err(Denied::stale(self.rejection(
+            return Err(Denial::stale(self.rejection(
                 plan[0].quota,
                 Reason::RateLimited,
                 None,
@@ -511,14 +510,14 @@ impl ToolRuntime {
         }
         let v = evaluate(plan, guards, now, false);
         if let Some((i, reason, retry)) = v.blame(now).filter(|_| !v.admits(now)) {
-            return Err(Denied {
+            return Err(Denial {
                 rejection: self.rejection(plan[i].quota, reason, retry),
                 at: v.at,
                 can_wait: true,
                 stale: false,
             });
         }
-        let mut held = Held2::new();
+        let mut held = HeldParts::new();
         charge(plan, guards, now, false, &mut held);
         self.shadow_pass(plan, guards, now, call.tenant, &mut held);
         Ok(held)
@@ -541,7 +540,7 @@ impl ToolRuntime {
         guards: &mut [CellGuard<'_>],
         now: Nanos,
         tenant: Option<&str>,
-        held: &mut Held2,
+        held: &mut HeldParts,
     ) {
         if !plan.iter().any(|s| s.quota.def.shadow) {
             return;

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use crate::clock::{nanos, Nanos};
 use crate::config::{CircuitConfig, CircuitWindow, OnDegraded};
-use crate::decision::Outcome;
 use crate::sync::Mutex;
+use crate::vocab::Outcome;
 
 /// The state of a tool's circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

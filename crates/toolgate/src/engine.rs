@@ -8,14 +8,12 @@ use smallvec::SmallVec;
 
 use crate::admission::{charge, evaluate, CellRef, Step};
 use crate::clock::{Clock, SystemClock};
-use crate::config::{OnLimit, UnknownTools};
-use crate::decision::{Call, Completion, Outcome, Reason, Rejection};
-use crate::permit::{Held2, Permit, ScopedPermit};
+use crate::permit::{HeldParts, Permit, ScopedPermit};
 use crate::policy::{Compiled, Policy, ToolRuntime};
-use crate::queue::Refusal;
 use crate::queue::Scheduler;
 use crate::store::QuotaStore;
 use crate::sync::{Mutex, Swap, SwapGuard};
+use crate::vocab::{Call, Completion, OnLimit, Outcome, Reason, Rejection, UnknownTools};
 
 /// The admission engine: decides, before a tool call runs, whether it may start.
 ///
@@ -324,16 +322,15 @@ impl Engine {
         let result = loop {
             let now = self.inner.core.clock.now();
             let outcome = match tool.try_admit(call, now) {
-                Ok(permit) => Ok(permit),
-                Err(denied) if denied.stale => Err(Refusal::Stale),
-                Err(denied) if waits && denied.can_wait => tool.clone().wait(*call, denied).await,
-                Err(denied) => Err(Refusal::Rejected(denied.rejection)),
+                Err(denial) if !denial.stale && waits && denial.can_wait => {
+                    tool.clone().wait(*call, denial).await
+                }
+                outcome => outcome,
             };
             match outcome {
                 Ok(permit) => break Ok(permit),
-                Err(Refusal::Rejected(r)) => break Err(r),
                 // A reload retired a cell of the plan: start over on the new policy.
-                Err(Refusal::Stale) => {
+                Err(denial) if denial.stale => {
                     self.reload_done().await;
                     match self.resolve(&Call {
                         tool: &tool.name,
@@ -343,6 +340,7 @@ impl Engine {
                         Err(unknown) => return unknown,
                     }
                 }
+                Err(denial) => break Err(denial.rejection),
             }
         };
         let result = match (result, &self.inner.core.store) {
@@ -554,7 +552,7 @@ impl Engine {
             tool.stats.on_reject(&r, None);
             return Err(r);
         }
-        let mut scratch = Held2::new();
+        let mut scratch = HeldParts::new();
         charge(&merged, &mut guards, now, false, &mut scratch);
         let shadow_ok = evaluate(&merged, &mut guards, now, true).admits(now);
         if shadow_ok {
@@ -949,9 +947,9 @@ mod tests {
         let old = engine.compiled().tools.get("a").cloned().unwrap();
         engine.apply(Policy::from_toml_str(&toml(3)).unwrap());
         let call = Call::new("a").tenant("newcomer");
-        let denied = old.try_admit(&call, clock.now()).map(drop).unwrap_err();
+        let denial = old.try_admit(&call, clock.now()).map(drop).unwrap_err();
         assert!(
-            denied.stale,
+            denial.stale,
             "the old map must send the call to the new policy"
         );
         // Starting over, the tenant gets the new burst, and only that.

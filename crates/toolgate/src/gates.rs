@@ -13,13 +13,13 @@
 
 use std::time::Duration;
 
-use crate::admission::Denied;
+use crate::admission::Denial;
 use crate::clock::{nanos, Nanos};
-use crate::decision::{Completion, Reason, Rejection};
 use crate::policy::ToolRuntime;
 use crate::queue::Regate;
 use crate::shaping::ServerLimit;
 use crate::signals::{Claim, Shift, Signals};
+use crate::vocab::{Completion, Reason, Rejection};
 
 // === impl ToolRuntime ===
 
@@ -67,7 +67,7 @@ impl ToolRuntime {
 
     /// Refuses calls while the upstream's `Retry-After` pause lasts. Waiting calls may
     /// wait it out: its end is known.
-    pub(crate) fn pause_gate(&self, now: Nanos, tenant: Option<&str>) -> Result<(), Denied> {
+    pub(crate) fn pause_gate(&self, now: Nanos, tenant: Option<&str>) -> Result<(), Denial> {
         let until = self.signals_of(tenant, now, |s, _| s.map_or(0, Signals::paused_until));
         if until <= now {
             return Ok(());
@@ -81,7 +81,7 @@ impl ToolRuntime {
         &self,
         now: Nanos,
         tenant: Option<&str>,
-    ) -> Result<Option<Claim>, Denied> {
+    ) -> Result<Option<Claim>, Denial> {
         self.signals_of(tenant, now, |s, key| match s {
             Some(s) => s.spread_claim(now, key),
             None => Ok(None),
@@ -101,8 +101,8 @@ impl ToolRuntime {
     }
 
     /// A refusal by an upstream gate that opens at `at`.
-    fn later(&self, path: &std::sync::Arc<str>, at: Nanos, now: Nanos) -> Denied {
-        Denied {
+    fn later(&self, path: &std::sync::Arc<str>, at: Nanos, now: Nanos) -> Denial {
+        Denial {
             rejection: Rejection::new(
                 self.name.clone(),
                 path.clone(),
@@ -117,14 +117,14 @@ impl ToolRuntime {
 
     /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go
     /// ahead, or a `circuit_open` denial.
-    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denied> {
+    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denial> {
         let Some(b) = &self.breaker else {
             return Ok(false);
         };
         match b.gate(now) {
             crate::circuit::Gate::Pass => Ok(false),
             crate::circuit::Gate::Probe => Ok(true),
-            crate::circuit::Gate::Reject(retry) => Err(Denied {
+            crate::circuit::Gate::Reject(retry) => Err(Denial {
                 rejection: Rejection::new(
                     self.name.clone(),
                     self.circuit_path.clone(),

@@ -38,10 +38,10 @@ use std::time::Duration;
 
 use tower::{BoxError, Layer, Service};
 
-#[cfg(doc)]
-use crate::decision::Rejection;
-use crate::decision::{Call, Completion, Outcome};
 use crate::engine::Engine;
+#[cfg(doc)]
+use crate::vocab::Rejection;
+use crate::vocab::{Call, Completion, Outcome};
 
 mod pipeline;
 

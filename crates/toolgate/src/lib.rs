@@ -76,7 +76,6 @@ mod admission;
 mod circuit;
 mod clock;
 pub mod config;
-mod decision;
 mod engine;
 mod gates;
 mod lanes;
@@ -85,7 +84,6 @@ pub mod layer;
 #[cfg(doctest)]
 mod must_use;
 mod observe;
-mod partition;
 mod permit;
 mod pipeline;
 mod policy;
@@ -98,12 +96,12 @@ mod signals;
 mod state;
 pub mod store;
 mod sync;
+mod vocab;
 mod wait;
 mod waiter;
 
 pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
-pub use decision::{Call, Completion, Outcome, Reason, Rejection};
 pub use engine::{Engine, ExecuteError, ToolHandle};
 pub use permit::{Permit, ScopedPermit};
 pub use pipeline::{
@@ -112,3 +110,4 @@ pub use pipeline::{
 };
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};
+pub use vocab::{Call, Completion, Outcome, Reason, Rejection};

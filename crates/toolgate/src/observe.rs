@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
-use crate::decision::{Reason, Rejection};
+use crate::vocab::{Reason, Rejection};
 
 /// Live counters of one tool, kept across policy reloads.
 #[derive(Debug)]

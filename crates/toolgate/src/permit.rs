@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::decision::Completion;
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CostOf, Kind, Quota};
 use crate::store::StoreLease;
+use crate::vocab::Completion;
 
 /// Proof that a call was admitted.
 ///
@@ -32,7 +32,7 @@ use crate::store::StoreLease;
 #[must_use = "a permit releases its quota when dropped"]
 pub struct Permit {
     tool: Option<Arc<ToolRuntime>>,
-    held: Held2,
+    held: HeldParts,
     admitted_at: Nanos,
     done: bool,
     probe: bool,
@@ -55,7 +55,7 @@ struct Extra {
 
 /// What a permit keeps: inline for up to two parts (a token budget and a
 /// concurrency slot), so admission does not allocate.
-pub(crate) type Held2 = smallvec::SmallVec<[Held; 2]>;
+pub(crate) type HeldParts = smallvec::SmallVec<[Held; 2]>;
 
 /// A part of a quota a permit keeps until the call ends: concurrency to release, or a
 /// token estimate to reconcile.
@@ -99,7 +99,7 @@ impl Held {
 impl Permit {
     pub(crate) fn new(
         tool: Option<Arc<ToolRuntime>>,
-        held: Held2,
+        held: HeldParts,
         admitted_at: Nanos,
         waited: Duration,
     ) -> Self {
@@ -123,7 +123,7 @@ impl Permit {
     /// A permit that keeps no part of any quota, for a call admitted at `at`
     /// without waiting.
     pub(crate) fn immediate(tool: Option<Arc<ToolRuntime>>, at: Nanos) -> Self {
-        Self::new(tool, Held2::new(), at, Duration::ZERO)
+        Self::new(tool, HeldParts::new(), at, Duration::ZERO)
     }
 
     /// Adds what a shared store keeps for the call; the call is now admitted.

@@ -26,11 +26,11 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::clock::{nanos, wall_clock, Nanos};
-use crate::config::{OnLimit, RetryConfig, DEFAULT_MAX_PAUSE};
-use crate::decision::{Call, Completion, Outcome, Rejection};
+use crate::config::RetryConfig;
 use crate::engine::{Engine, ExecuteError};
 use crate::permit::Permit;
 use crate::retry::{classify, Attempt, Backoff, Class, RetryBudget};
+use crate::vocab::{Call, Completion, OnLimit, Outcome, Rejection, DEFAULT_MAX_PAUSE};
 
 /// A tool's retry settings as the engine runs them.
 #[derive(Debug, Clone)]

@@ -13,10 +13,11 @@ use std::time::Duration;
 use hashbrown::HashMap;
 
 use crate::clock::Nanos;
-use crate::config::{Config, ConfigErrors, Mode, OnLimit, QuotaConfig, UnknownTools};
+use crate::config::{Config, ConfigErrors, QuotaConfig, ToolConfig};
 use crate::engine::Core;
 use crate::observe::ToolStats;
 use crate::quota::{CostOf, Kind, Quota, QuotaDef, Slot};
+use crate::vocab::{Mode, OnLimit, UnknownTools, DEFAULT_MAX_PARTITIONS};
 
 /// A validated config, ready to run.
 ///
@@ -298,14 +299,11 @@ impl Compiled {
 /// The per-tenant signals of a tool whose own quotas are per tenant: the old
 /// runtime's, with the new cap, while it was per tenant too.
 fn tenant_signals(
-    t: &crate::config::ToolConfig,
+    t: &ToolConfig,
     old: Option<&Arc<ToolRuntime>>,
 ) -> Option<Arc<crate::signals::TenantSignals>> {
     t.quota.partition?;
-    let cap = t
-        .quota
-        .max_partitions
-        .unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
+    let cap = t.quota.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS);
     match old.and_then(|o| o.tenant_signals.clone()) {
         Some(kept) => {
             kept.set_cap(cap);
@@ -348,9 +346,7 @@ fn quota_defs(
     mode: Mode,
 ) -> impl Iterator<Item = (String, QuotaDef)> {
     let mode = q.mode.unwrap_or(mode);
-    let max = q
-        .max_partitions
-        .unwrap_or(crate::config::DEFAULT_MAX_PARTITIONS);
+    let max = q.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS);
     let part = q.partition.is_some();
     let path = |key: &str| format!("{prefix}.{key}");
     let rate = q.rate.map(|r| {

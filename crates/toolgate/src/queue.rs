@@ -38,12 +38,12 @@ use std::sync::Arc;
 
 use crate::admission::retired;
 use crate::clock::{Clock, Nanos};
-use crate::decision::Rejection;
 use crate::engine::Core;
 use crate::permit::Held;
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CellGuard, Quota};
 use crate::sync::Mutex;
+use crate::vocab::Rejection;
 use crate::waiter::{WaitSlot, Waiter};
 
 /// Every waiting call, and every reservation that is still in the future, by arrival
@@ -413,19 +413,5 @@ fn apply_difference(
         g.charge_debt(def, actual - estimate, now);
     } else {
         g.refund(def, estimate - actual, since, now);
-    }
-}
-
-/// Why the wait path did not admit a call.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    Rejected(Rejection),
-    /// A reload retired a cell of the call's plan: start over on the new policy.
-    Stale,
-}
-
-impl From<Rejection> for Refusal {
-    fn from(r: Rejection) -> Self {
-        Self::Rejected(r)
     }
 }

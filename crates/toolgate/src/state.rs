@@ -3,10 +3,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::config::{Mode, OnLimit};
 use crate::engine::Engine;
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CostOf, Kind, Quota, Slot};
+use crate::vocab::{Mode, OnLimit};
 
 /// The live state of one tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl Engine {
         };
         let mut g = cell.lock();
         g.settle(&q.def, now);
-        Some(q.def.available(&g.limiter, now))
+        Some(g.limiter.available(&q.def, now))
     }
 
     /// Evicts every idle tenant partition now (an idle partition is one whose state
@@ -141,7 +141,7 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
                         crate::quota::Limiter::Concurrency { limit, .. } => *limit,
                         _ => def.capacity(),
                     };
-                    (Some(def.available(&g.limiter, now)), g.waiters(now), cap)
+                    (Some(g.limiter.available(def, now)), g.waiters(now), cap)
                 }
                 // An unseen tenant has a fresh, full partition.
                 None if tenant.is_some() => (Some(def.capacity()), 0, def.capacity()),

@@ -24,8 +24,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::decision::{Call, Completion, Rejection};
 use crate::policy::Policy;
+use crate::vocab::{Call, Completion, Rejection};
 
 /// A boxed, sendable future, as returned by [`QuotaStore`] methods.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -16,18 +16,16 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::admission::{binds, lock_all, retired, Denied, Step};
+use crate::admission::{binds, lock_all, retired, Denial, Step};
 use crate::circuit::CircuitState;
 use crate::clock::{nanos, Nanos};
-use crate::config::MAX_WAIT_LIMIT;
-use crate::decision::{Call, Reason, Rejection};
 use crate::engine::Core;
-use crate::permit::{Held2, Permit};
+use crate::permit::{HeldParts, Permit};
 use crate::policy::ToolRuntime;
-use crate::queue::Refusal;
 use crate::quota::{CostOf, Fit, Kind};
 use crate::signals::Signals;
 use crate::sync::Mutex;
+use crate::vocab::{Call, Reason, Rejection, MAX_WAIT_LIMIT};
 use crate::waiter::{acquire, sleep_until_slot, Acquired, Steps, WaitSlot, Waiter};
 
 /// What a waiting call asks for, beyond its plan.
@@ -61,8 +59,8 @@ struct Timing {
 enum Woke {
     /// Every gate is open: admitted at its reserved time.
     Admitted(Nanos),
-    /// Its reservation (at `at`) is void: a gate says no until `denied.at`, or no.
-    Void { at: Nanos, denied: Denied },
+    /// Its reservation (at `at`) is void: a gate says no until `denial.at`, or no.
+    Void { at: Nanos, denial: Denial },
 }
 
 /// The waiter's registration with the scheduler; leaves the queue (giving back its
@@ -83,7 +81,7 @@ struct ProbeHold<'a> {
 /// Concurrency slots taken while waiting; released unless handed to a permit.
 struct ConcHold<'a> {
     tool: &'a ToolRuntime,
-    held: Held2,
+    held: HeldParts,
 }
 
 // === impl ToolRuntime ===
@@ -94,8 +92,8 @@ impl ToolRuntime {
     pub(crate) async fn wait(
         self: Arc<Self>,
         call: Call<'_>,
-        first: Denied,
-    ) -> Result<Permit, Refusal> {
+        first: Denial,
+    ) -> Result<Permit, Denial> {
         let core = &*self.core;
         let clock = &*core.clock;
         let start = clock.now();
@@ -124,7 +122,7 @@ impl ToolRuntime {
         let plan = match self.plan(&call, start) {
             Ok(plan) => plan,
             // A reload replaced a tenant's partitions: start over on its policy.
-            Err(d) if d.stale => return Err(Refusal::Stale),
+            Err(d) if d.stale => return Err(d),
             Err(d) => return Err(d.rejection.into()),
         };
         let mut guard = WaitGuard::enqueue(core, &self, want.key, want.deadline);
@@ -161,10 +159,10 @@ impl ToolRuntime {
         plan: &[Step<'_>],
         want: &Want<'_>,
         guard: &mut WaitGuard<'_>,
-    ) -> Result<ConcHold<'_>, Refusal> {
+    ) -> Result<ConcHold<'_>, Denial> {
         let mut conc = ConcHold {
             tool: self,
-            held: Held2::new(),
+            held: HeldParts::new(),
         };
         for s in plan
             .iter()
@@ -176,7 +174,7 @@ impl ToolRuntime {
                     let r = self.rejection(s.quota, Reason::ConcurrencyLimited, None);
                     return Err(r.into());
                 }
-                Acquired::Refused => return Err(guard.refused()),
+                Acquired::Rejected => return Err(guard.refused(self, want)),
             }
         }
         Ok(conc)
@@ -190,23 +188,23 @@ impl ToolRuntime {
         rate: &[&Step<'_>],
         want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
-    ) -> Result<Nanos, Refusal> {
+    ) -> Result<Nanos, Denial> {
         loop {
             if let Reserved::Now(now) = self.reserve(guard, rate, want, probe)? {
                 return Ok(now);
             }
-            let (at, denied) = match self.sleep(guard, want, probe).await? {
+            let (at, denial) = match self.sleep(guard, want, probe).await? {
                 Woke::Admitted(at) => return Ok(at),
-                Woke::Void { at, denied } => (at, denied),
+                Woke::Void { at, denial } => (at, denial),
             };
             give_back(&self.core, rate, at);
-            if !denied.can_wait {
-                return Err(denied.rejection.into());
+            if !denial.can_wait {
+                return Err(denial.rejection.into());
             }
-            if denied.at > want.deadline {
-                let quota: Arc<str> = denied.rejection.quota().into();
+            if denial.at > want.deadline {
+                let quota: Arc<str> = denial.rejection.quota().into();
                 let now = self.core.clock.now();
-                return Err(self.too_long(&quota, denied.at - now).into());
+                return Err(self.too_long(&quota, denial.at - now).into());
             }
         }
     }
@@ -220,7 +218,7 @@ impl ToolRuntime {
         rate: &[&Step<'_>],
         want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
-    ) -> Result<Reserved, Refusal> {
+    ) -> Result<Reserved, Denial> {
         let clock = &*self.core.clock;
         let mut sched = self.core.sched.lock();
         let now = clock.now();
@@ -236,7 +234,7 @@ impl ToolRuntime {
         sched.collect_debts(now);
         let mut guards: SmallVec<[_; 4]> = rate.iter().map(|s| s.cell.get().lock()).collect();
         if retired(&guards) {
-            return Err(Refusal::Stale);
+            return Err(self.stale(&want.quota));
         }
         let Timing { at, paused, spread } = self.timing(rate, &mut guards, want, now)?;
         if at <= now {
@@ -317,14 +315,14 @@ impl ToolRuntime {
         guard: &mut WaitGuard<'_>,
         want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
-    ) -> Result<Woke, Refusal> {
+    ) -> Result<Woke, Denial> {
         let clock = &*self.core.clock;
         loop {
             sleep_until_slot(clock, &guard.slot).await;
             let mut sched = self.core.sched.lock();
             let now = clock.now();
             if guard.slot.is_refused() {
-                return Err(guard.refused());
+                return Err(guard.refused(self, want));
             }
             let at = guard.slot.at();
             if at > now {
@@ -337,7 +335,7 @@ impl ToolRuntime {
             return Ok(
                 match self.gates_on_waking(now, want.tenant, spread, probe) {
                     Ok(()) => Woke::Admitted(at),
-                    Err(denied) => Woke::Void { at, denied },
+                    Err(denial) => Woke::Void { at, denial },
                 },
             );
         }
@@ -351,7 +349,7 @@ impl ToolRuntime {
         tenant: Option<&str>,
         spread: Option<Nanos>,
         probe: &mut ProbeHold<'_>,
-    ) -> Result<(), Denied> {
+    ) -> Result<(), Denial> {
         self.pause_gate(now, tenant)?;
         let claim = match spread {
             Some(_) => None,
@@ -359,7 +357,7 @@ impl ToolRuntime {
         };
         self.recheck_circuit(now, probe).map_err(|rejection| {
             self.unspread(claim);
-            Denied {
+            Denial {
                 rejection,
                 at: now,
                 can_wait: false,
@@ -377,7 +375,7 @@ impl ToolRuntime {
         now: Nanos,
         tenant: Option<&str>,
         probe: &mut bool,
-    ) -> Result<(), Denied> {
+    ) -> Result<(), Denial> {
         self.pause_gate(now, tenant)?;
         let mut hold = ProbeHold {
             tool: self,
@@ -389,7 +387,7 @@ impl ToolRuntime {
                 *probe = hold.disarm();
                 Ok(())
             }
-            Err(rejection) => Err(Denied {
+            Err(rejection) => Err(Denial {
                 rejection,
                 at: now,
                 can_wait: false,
@@ -413,6 +411,15 @@ impl ToolRuntime {
         }
         probe.held = self.circuit_gate(now).map_err(|d| d.rejection)?;
         Ok(())
+    }
+
+    /// The denial of a waiter whose plan a reload retired: no answer, but a retry on
+    /// the policy now in force (its rejection, naming the quota that first refused the
+    /// call, is never told).
+    fn stale(&self, quota: &Arc<str>) -> Denial {
+        let placeholder =
+            Rejection::new(self.name.clone(), quota.clone(), Reason::RateLimited, None);
+        Denial::stale(placeholder)
     }
 
     fn too_long(&self, quota: &Arc<str>, retry: Nanos) -> Rejection {
@@ -462,12 +469,13 @@ impl<'a> WaitGuard<'a> {
         }
     }
 
-    /// The rejection a re-gating refused the waiter with (it is out of the queue).
-    fn refused(&mut self) -> Refusal {
+    /// The rejection a re-gating refused the waiter with (it is out of the queue); a
+    /// stale denial, to start over, if it has none.
+    fn refused(&mut self, tool: &ToolRuntime, want: &Want<'_>) -> Denial {
         self.armed = false;
         match self.slot.refusal() {
             Some(r) => r.into(),
-            None => Refusal::Stale,
+            None => tool.stale(&want.quota),
         }
     }
 }

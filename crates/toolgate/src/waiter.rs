@@ -14,11 +14,11 @@ use smallvec::SmallVec;
 
 use crate::admission::Step;
 use crate::clock::{Clock, Nanos, Sleep};
-use crate::decision::{Reason, Rejection};
 use crate::policy::ToolRuntime;
 use crate::quota::{Cell, CellGuard, ConcWaiter, Fit, Quota};
 use crate::signals::Signals;
 use crate::sync::{AtomicU64, Mutex};
+use crate::vocab::{Reason, Rejection};
 
 pub(crate) type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64); 4]>;
 
@@ -55,7 +55,8 @@ pub(crate) struct WaitSlot {
 pub(crate) enum Acquired {
     Granted,
     TimedOut,
-    Refused,
+    /// A re-gating refused the waiter (its slot holds the rejection).
+    Rejected,
 }
 
 /// A queued concurrency waiter; leaves the queue (or gives back a slot granted in
@@ -250,7 +251,7 @@ pub(crate) async fn acquire(
             return Poll::Ready(Acquired::Granted);
         }
         if slot.is_refused() {
-            return Poll::Ready(Acquired::Refused);
+            return Poll::Ready(Acquired::Rejected);
         }
         timeout.as_mut().poll(cx).map(|()| Acquired::TimedOut)
     })

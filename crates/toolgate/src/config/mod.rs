@@ -31,7 +31,6 @@
 //! ```
 
 mod bounds;
-mod duration;
 mod error;
 mod parse;
 mod resilience;
@@ -40,15 +39,17 @@ mod section;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use bounds::{DEFAULT_MAX_PAUSE, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT};
-pub use duration::{Rate, MAX_COUNT};
+pub use crate::vocab::{
+    Mode, OnLimit, Partition, Rate, UnknownTools, Window, DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PAUSE, MAX_COUNT, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT,
+};
 pub use error::{ConfigError, ConfigErrors};
 pub use resilience::{
     AdaptiveAlgorithm, AdaptiveConfig, CircuitConfig, CircuitWindow, OnDegraded, OnStoreError,
     RetryConfig, StoreConfig, UpstreamConfig, MAX_RESPONSE_BYTES,
 };
 
-pub(crate) use duration::format_duration;
+use crate::vocab::format_duration;
 
 /// A validated policy config.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -90,9 +91,6 @@ pub struct QuotaConfig {
     pub max_partitions: Option<usize>,
 }
 
-/// The default cap on live tenant partitions of one quota.
-pub const DEFAULT_MAX_PARTITIONS: usize = 100_000;
-
 /// A tool's policy.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
@@ -121,53 +119,6 @@ pub struct ToolConfig {
     pub adaptive: Option<AdaptiveConfig>,
     /// Where the gateway sends the call when it executes it itself.
     pub upstream: Option<UpstreamConfig>,
-}
-
-/// What happens to calls for tools without a policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UnknownTools {
-    /// Admit them without any accounting.
-    #[default]
-    Allow,
-    /// Reject them with `unknown_tool`.
-    Deny,
-}
-
-/// Whether decisions are enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Mode {
-    /// Rejections are enforced.
-    #[default]
-    Enforce,
-    /// Every decision is computed, logged and counted, but never enforced.
-    Shadow,
-}
-
-/// What a call does when a quota has no room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnLimit {
-    /// Fail fast.
-    #[default]
-    Reject,
-    /// Wait in FIFO order up to `max_wait`.
-    Wait,
-}
-
-/// How `rate` is enforced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Window {
-    /// Token bucket (GCRA): `burst` at once, refilled continuously.
-    #[default]
-    Bucket,
-    /// Exact sliding-window log: at most N in any interval of length P.
-    Sliding,
-}
-
-/// What a quota is partitioned by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Partition {
-    /// One instance per tenant id given with the call.
-    Tenant,
 }
 
 // === impl Config ===
@@ -463,28 +414,6 @@ impl ToolConfig {
         }
         if let Err(msg) = bounds::max_pause(self.max_pause, &format_duration(self.max_pause)) {
             errors.push(ConfigError::new(section::join(path, "max_pause"), msg));
-        }
-    }
-}
-
-// === impl Mode / OnLimit / Window / UnknownTools ===
-
-impl Mode {
-    /// `"enforce"` or `"shadow"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Enforce => "enforce",
-            Self::Shadow => "shadow",
-        }
-    }
-}
-
-impl OnLimit {
-    /// `"reject"` or `"wait"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Reject => "reject",
-            Self::Wait => "wait",
         }
     }
 }

@@ -187,7 +187,7 @@ pub enum OnStoreError {
 }
 
 fn duration(v: &Value) -> Result<Duration, String> {
-    super::duration::parse_duration(expect_str(v)?)
+    crate::vocab::parse_duration(expect_str(v)?)
 }
 
 fn positive_duration(v: &Value) -> Result<Duration, String> {

@@ -214,7 +214,7 @@ impl FromValue for String {
 
 impl FromValue for std::time::Duration {
     fn from_value(v: &Value) -> Result<Self, String> {
-        super::duration::parse_duration(expect_str(v)?)
+        crate::vocab::parse_duration(expect_str(v)?)
     }
 }
 

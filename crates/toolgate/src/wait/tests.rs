@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_test::{assert_pending, assert_ready, task};
 
 use crate::clock::ManualClock;
-use crate::decision::{Call, Outcome};
+use crate::vocab::{Call, Outcome};
 use crate::{Engine, Policy};
 
 use super::*;

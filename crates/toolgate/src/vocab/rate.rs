@@ -1,8 +1,10 @@
-//! Rates (`"N/P"`) and durations (`"2s"`, `"150ms"`) as they are written in configs.
+//! A rate: `count` requests (or tokens) per `period`, as configs write it (`"N/P"`).
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
+
+use super::duration::{format_duration, parse_duration};
 
 /// The largest request or token count a rate or burst may use (2^53), which keeps the
 /// engine's exact integer arithmetic far from overflow.
@@ -118,7 +120,7 @@ impl fmt::Display for Rate {
             60 if p.subsec_nanos() == 0 => "min".to_string(),
             3600 if p.subsec_nanos() == 0 => "h".to_string(),
             86400 if p.subsec_nanos() == 0 => "d".to_string(),
-            _ => humantime::format_duration(p).to_string().replace(' ', ""),
+            _ => format_duration(p),
         };
         write!(f, "{}/{}", self.count, unit)
     }
@@ -141,16 +143,6 @@ fn parse_period(p: &str) -> Result<Duration, String> {
             format!("the period {p:?} is not a unit (s, min, h, d) or a duration such as \"10s\"")
         }),
     }
-}
-
-/// Parses a duration such as `"2s"`, `"150ms"` or `"1h 30m"`.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| format!("{s:?}: not a duration ({e})"))
-}
-
-/// Formats a duration the way configs write it.
-pub(crate) fn format_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string().replace(' ', "")
 }
 
 #[cfg(test)]

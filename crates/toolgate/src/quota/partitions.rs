@@ -8,14 +8,17 @@
 //! (`max_partitions`) bounds memory even when every partition is busy: past it, new
 //! tenants are refused until old ones go idle, rather than evicting live state (which
 //! would hand out fresh quota and over-admit).
+//!
+//! The partitions keep instances of a quota (`C`: in the engine, its cells) and ask
+//! of them only to be made afresh and to say whether they are idle ([`Instance`]).
 
 use std::hash::BuildHasher;
 use std::sync::{Arc, Weak};
 
 use hashbrown::HashMap;
 
+use super::def::QuotaDef;
 use crate::clock::Nanos;
-use crate::quota::{Cell, QuotaDef};
 use crate::sync::Mutex;
 
 const SHARDS: usize = 16;
@@ -25,13 +28,24 @@ const SHARDS: usize = 16;
 const MIN_PER_SHARD: usize = 256;
 const MIN_SWEEP: usize = 64;
 
-/// The partitions of one quota.
+/// What partitions keep per tenant: an instance of their quota.
+pub(crate) trait Instance {
+    /// A fresh instance of `def` at `now` (a full bucket, an empty window, nothing in
+    /// flight).
+    fn fresh(def: &QuotaDef, now: Nanos) -> Self;
+
+    /// Whether the instance is indistinguishable from a fresh one at `now`, once
+    /// what is due by then is settled: evicting it then changes no decision.
+    fn is_idle(&self, def: &QuotaDef, now: Nanos) -> bool;
+}
+
+/// The partitions of one quota: an instance `C` per tenant.
 #[derive(Debug)]
-pub(crate) struct Partitions {
-    shards: Box<[Mutex<Shard>]>,
+pub(crate) struct Partitions<C> {
+    shards: Box<[Mutex<Shard<C>>]>,
     per_shard_max: usize,
     hasher: hashbrown::DefaultHashBuilder,
-    home: Arc<Home>,
+    home: Arc<Home<C>>,
 }
 
 /// Where a quota's tenant partitions live now. Every generation of one quota's
@@ -39,14 +53,14 @@ pub(crate) struct Partitions {
 /// difference that comes late to a partition a reload retired finds the tenant's
 /// partition under the policy in force, even after the partition it was converted
 /// into is gone (evicted once idle, or replaced by a further reload).
-#[derive(Debug, Default)]
-pub(crate) struct Home {
-    current: Mutex<Option<(Weak<Partitions>, QuotaDef)>>,
+#[derive(Debug)]
+pub(crate) struct Home<C> {
+    current: Mutex<Option<(Weak<Partitions<C>>, QuotaDef)>>,
 }
 
-#[derive(Debug, Default)]
-struct Shard {
-    map: HashMap<Box<str>, Arc<Cell>>,
+#[derive(Debug)]
+struct Shard<C> {
+    map: HashMap<Box<str>, Arc<C>>,
     next_sweep: usize,
     /// A reload converted this shard's partitions into a new map: no partition may
     /// be created here any more (a charge on it would be invisible to the new policy).
@@ -55,7 +69,7 @@ struct Shard {
 
 /// Why no partition was handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub(crate) enum NoPartition {
     /// Every partition slot (of the shard, for a large cap) is held by a busy tenant.
     Full,
     /// A reload replaced these partitions: start over on the policy in force.
@@ -64,7 +78,7 @@ pub(crate) enum Refused {
 
 // === impl Partitions ===
 
-impl Partitions {
+impl<C: Instance> Partitions<C> {
     pub(crate) fn new(max: usize) -> Self {
         // The per-shard caps add up to at most `max`. A small cap is kept exactly, in
         // one shard; a large one is split over `SHARDS` shards of at least
@@ -101,17 +115,17 @@ impl Partitions {
     }
 
     /// Where this quota's partitions live now.
-    pub(crate) fn home(&self) -> &Arc<Home> {
+    pub(crate) fn home(&self) -> &Arc<Home<C>> {
         &self.home
     }
 
-    fn shard(&self, key: &str) -> &Mutex<Shard> {
+    fn shard(&self, key: &str) -> &Mutex<Shard<C>> {
         let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
         &self.shards[i]
     }
 
     /// The cell of `key`, created from `def` if absent.
-    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<Cell>, Refused> {
+    pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<C>, NoPartition> {
         let mut shard = self.shard(key).lock();
         if let Some(cell) = shard.map.get(key) {
             // Retired with the map, if a reload converted it: the caller finds out
@@ -119,22 +133,22 @@ impl Partitions {
             return Ok(cell.clone());
         }
         if shard.retired {
-            return Err(Refused::Retired);
+            return Err(NoPartition::Retired);
         }
         if shard.map.len() >= shard.next_sweep || shard.map.len() >= self.per_shard_max {
             shard.sweep(def, now);
             shard.next_sweep = (shard.map.len() * 2).max(MIN_SWEEP);
             if shard.map.len() >= self.per_shard_max {
-                return Err(Refused::Full);
+                return Err(NoPartition::Full);
             }
         }
-        let cell = Arc::new(Cell::new(def.fresh(now)));
+        let cell = Arc::new(C::fresh(def, now));
         shard.map.insert(key.into(), cell.clone());
         Ok(cell)
     }
 
     /// The cell of `key` if it exists.
-    pub(crate) fn peek(&self, key: &str) -> Option<Arc<Cell>> {
+    pub(crate) fn peek(&self, key: &str) -> Option<Arc<C>> {
         self.shard(key).lock().map.get(key).cloned()
     }
 
@@ -151,7 +165,7 @@ impl Partitions {
     }
 
     /// Runs `f` on every live partition.
-    pub(crate) fn for_each(&self, f: impl Fn(&Cell)) {
+    pub(crate) fn for_each(&self, f: impl Fn(&C)) {
         for s in self.shards.iter() {
             for cell in s.lock().map.values() {
                 f(cell);
@@ -164,7 +178,7 @@ impl Partitions {
     /// shards (which follows `max`) both differ from these. Each shard here is
     /// retired in the same step, so a call still on the old policy cannot create a
     /// partition the new one would not see: it starts over instead.
-    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&str, &Cell) -> Arc<Cell>) -> Self {
+    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&str, &C) -> Arc<C>) -> Self {
         let new = Self {
             home: self.home.clone(),
             ..Self::new(max)
@@ -186,12 +200,20 @@ impl Partitions {
 
 // === impl Home ===
 
-impl Home {
+impl<C> Default for Home<C> {
+    fn default() -> Self {
+        Self {
+            current: Mutex::new(None),
+        }
+    }
+}
+
+impl<C: Instance> Home<C> {
     /// The partition of tenant `key` under the policy in force, with its definition:
     /// created afresh if it was evicted, as a call would create it. `None` when the
     /// quota is no longer partitioned in force, or no partition can be had now (all
     /// busy, or a reload is replacing them).
-    pub(crate) fn partition(&self, key: &str, now: Nanos) -> Option<(Arc<Cell>, QuotaDef)> {
+    pub(crate) fn partition(&self, key: &str, now: Nanos) -> Option<(Arc<C>, QuotaDef)> {
         let (parts, def) = {
             let current = self.current.lock();
             let (parts, def) = current.as_ref()?;
@@ -204,109 +226,16 @@ impl Home {
 
 // === impl Shard ===
 
-impl Shard {
+impl<C: Instance> Shard<C> {
     fn sweep(&mut self, def: &QuotaDef, now: Nanos) {
         // A partition still referenced elsewhere (an admission in progress, a permit,
         // a waiter) is never removed, and only idle state is: eviction is lossless.
         // Reservations already due are settled first: idleness depends on the state,
         // not on when the cell was last looked at.
-        self.map.retain(|_, cell| {
-            Arc::strong_count(cell) > 1 || {
-                let mut g = cell.lock();
-                g.settle(def, now);
-                !g.is_idle(def, now)
-            }
-        });
+        self.map
+            .retain(|_, cell| Arc::strong_count(cell) > 1 || !cell.is_idle(def, now));
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Rate, Window};
-
-    fn def() -> QuotaDef {
-        let rate = Rate::per_second(1).unwrap_or_else(|e| panic!("{e}"));
-        QuotaDef::rate("tools.t.rate".into(), rate, Some(1), Window::Bucket)
-    }
-
-    #[test]
-    fn idle_partitions_are_evicted_and_busy_ones_are_kept() {
-        let def = def();
-        let parts = Partitions::new(1_000_000);
-        for i in 0..10_000 {
-            let cell = parts
-                .get(&format!("tenant-{i}"), &def, 0)
-                .unwrap_or_else(|_| panic!("full"));
-            let mut st = cell.lock();
-            if i % 2 == 0 {
-                st.charge(&def, 1, 0);
-            }
-        }
-        // At t=0 the charged half is busy; sweeps kept them.
-        parts.sweep(&def, 0);
-        assert_eq!(parts.len(), 5_000);
-        // One second later every bucket is full again: all idle.
-        parts.sweep(&def, 1_000_000_000);
-        assert_eq!(parts.len(), 0);
-    }
-
-    /// Offers `tenants` new busy tenants to partitions capped at `max`; how many
-    /// got a partition.
-    fn fill(max: usize, tenants: usize) -> (Partitions, usize) {
-        let def = def();
-        let parts = Partitions::new(max);
-        let mut admitted = 0;
-        for i in 0..tenants {
-            match parts.get(&format!("t{i}"), &def, 0) {
-                Ok(cell) => {
-                    cell.lock().charge(&def, 1, 0);
-                    admitted += 1;
-                }
-                Err(Refused::Full) => {}
-                Err(Refused::Retired) => panic!("not converted"),
-            }
-        }
-        assert_eq!(parts.len(), admitted);
-        (parts, admitted)
-    }
-
-    #[test]
-    fn a_small_cap_is_exact_whatever_the_tenants_hash_to() {
-        // Each map hashes with a seed of its own: many maps, many layouts.
-        for max in [1, 2, 3, 5, 64, SHARDS * MIN_PER_SHARD - 1] {
-            for _ in 0..20 {
-                let (parts, admitted) = fill(max, max + 10);
-                assert_eq!(admitted, max, "cap {max}");
-                // Once they are idle, new tenants get in again.
-                assert!(parts.get("newcomer", &def(), 1_000_000_000).is_ok());
-            }
-        }
-    }
-
-    #[test]
-    fn a_large_cap_is_never_exceeded_and_nearly_reached() {
-        let max = SHARDS * MIN_PER_SHARD * 2;
-        let (parts, admitted) = fill(max, max * 2);
-        assert!(admitted <= max, "{admitted} partitions, cap {max}");
-        // Spread evenly enough over the shards that refusals begin late.
-        assert!(admitted >= max * 9 / 10, "{admitted} of {max}");
-        assert!(parts.get("newcomer", &def(), 1_000_000_000).is_ok());
-    }
-
-    #[test]
-    fn converted_partitions_refuse_new_tenants_in_the_old_map() {
-        let def = def();
-        let old = Partitions::new(1_000);
-        let known = old.get("known", &def, 0).unwrap_or_else(|_| panic!("full"));
-        let new = old.converted(1_000, |_, _| Arc::new(Cell::new(def.fresh(0))));
-        // A known tenant still finds its (now converted) cell; a new one is refused,
-        // so that nobody charges a partition the new map does not have.
-        assert!(old
-            .get("known", &def, 0)
-            .is_ok_and(|c| Arc::ptr_eq(&c, &known)));
-        assert_eq!(old.get("newcomer", &def, 0).err(), Some(Refused::Retired));
-        assert!(new.get("newcomer", &def, 0).is_ok());
-        assert_eq!(new.len(), 2);
-    }
-}
+mod tests;
