@@ -38,7 +38,15 @@ use crate::stats::ToolStats;
 use crate::subject;
 
 /// How long an idle worker's pull waits for a call before it asks again.
-pub const IDLE_PULL: Duration = Duration::from_secs(20);
+///
+/// Also the client's bound on a pull the broker never answers (it died with the pull
+/// in hand): the client gives up `IDLE_PULL` + 5 s after asking, and the worker asks
+/// again, so a broker restart stalls an idle tool for at most that long.
+pub const IDLE_PULL: Duration = Duration::from_secs(5);
+
+/// A busy pull does not wait for calls, but it still carries an expiry: without one,
+/// a pull whose answer died with the broker would never end.
+const BUSY_PULL: Duration = Duration::from_secs(1);
 
 /// How long the worker pauses after a refusal that names no retry time.
 const UNTIMED_PAUSE: Duration = Duration::from_millis(100);
@@ -217,7 +225,12 @@ async fn fetch(
             .messages()
             .await
     } else {
-        consumer.fetch().max_messages(n).messages().await
+        consumer
+            .fetch()
+            .max_messages(n)
+            .expires(BUSY_PULL)
+            .messages()
+            .await
     }
     .map_err(|e| format!("pull: {e}"))?;
     let mut got = Unclaimed(Vec::with_capacity(n));
