@@ -73,6 +73,7 @@ mod adaptive;
 mod admission;
 mod circuit;
 mod clock;
+pub mod compile;
 pub mod config;
 mod decision;
 mod engine;

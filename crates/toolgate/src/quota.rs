@@ -28,8 +28,10 @@ pub(crate) enum Kind {
 
 /// Which part of a call a quota is charged with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum CostOf {
+pub enum CostOf {
+    /// Its request count (`rate`, `concurrency`).
     Requests,
+    /// Its token estimate (`tokens`), reconciled when the call completes.
     Tokens,
 }
 
