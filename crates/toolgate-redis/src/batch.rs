@@ -9,7 +9,9 @@ use toolgate::{Call, Reason, Rejection};
 
 use crate::permit::{Held, Op, RedisPermit, TokenHold};
 use crate::plan::{denial, live, merge, plan, Step};
-use crate::quota::{CostOf, Params, RQuota, RTool};
+use toolgate::compile::CostOf;
+
+use crate::quota::{Params, Quota, Tool};
 use crate::script::Reply;
 use crate::store::Inner;
 
@@ -22,7 +24,7 @@ impl Inner {
     /// [`RedisPermit::cancel`].
     pub(crate) fn admitted(
         self: &Arc<Self>,
-        tools: &[Option<Arc<RTool>>],
+        tools: &[Option<Arc<Tool>>],
         split: &[(usize, &[Step])],
         merged: &[Step],
         id: &Arc<str>,
@@ -57,7 +59,10 @@ impl Inner {
             let mut leases = Vec::new();
             let mut tokens = Vec::new();
             let mut refunds = Vec::new();
-            for s in steps.iter().filter(|s| !s.quota.shadow || shadow_ok) {
+            for s in steps
+                .iter()
+                .filter(|s| !s.quota.spec.is_shadow() || shadow_ok)
+            {
                 if s.cost == 0 {
                     continue;
                 }
@@ -94,7 +99,7 @@ impl Inner {
                     Params::Bucket { .. } => {}
                 }
                 if let (Params::Bucket { pq, pr, den, burst }, CostOf::Tokens) =
-                    (s.quota.params, s.quota.cost_of)
+                    (s.quota.params, s.quota.spec.cost_of)
                 {
                     tokens.push(TokenHold {
                         key: s.key.clone(),
@@ -126,8 +131,8 @@ impl Inner {
         let mut plans = Vec::with_capacity(calls.len());
         for call in calls {
             match self.resolve(call)? {
-                Some((tool, info)) => {
-                    plans.push(plan(&tool, &info)?);
+                Some(tool) => {
+                    plans.push(plan(&tool, call)?);
                     tools.push(Some(tool));
                 }
                 None => {
@@ -145,10 +150,10 @@ impl Inner {
             tools.get(i).cloned().flatten()
         };
         let name_of = |key: &str| owner(key).map_or_else(|| Arc::from(""), |t| t.name.clone());
-        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.params.capacity()) {
+        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.spec.capacity()) {
             let r = Rejection::new(
                 name_of(&s.key),
-                &*s.quota.path,
+                &*s.quota.spec.path,
                 Reason::CostExceedsCapacity,
                 None,
             );
@@ -192,7 +197,7 @@ impl Inner {
 
     pub(crate) fn degraded_all(
         &self,
-        first: &RTool,
+        first: &Tool,
         calls: &[Call<'_>],
     ) -> Result<Vec<RedisPermit>, Rejection> {
         match (self.on_error, &self.fallback) {
@@ -224,14 +229,15 @@ impl Inner {
     }
 }
 
-fn shadow_rejected(tools: &[Option<Arc<RTool>>], q: &RQuota) {
+fn shadow_rejected(tools: &[Option<Arc<Tool>>], q: &Quota) {
     let tool = tools.iter().flatten().next().map_or("", |t| &*t.name);
-    tracing::info!(tool, quota = &*q.path, reason = %q.reason(), "shadow quota would have rejected");
+    let reason = q.spec.reason();
+    tracing::info!(tool, quota = &*q.spec.path, %reason, "shadow quota would have rejected");
     metrics::counter!(
         "toolgate_admissions_total",
         "tool" => tool.to_string(),
         "decision" => "shadow_rejected",
-        "reason" => q.reason().as_str()
+        "reason" => reason.as_str()
     )
     .increment(1);
 }

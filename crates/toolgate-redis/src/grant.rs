@@ -22,7 +22,9 @@ use tokio::time::Instant;
 
 use crate::permit::{Held, Op, RedisPermit};
 use crate::plan::Step;
-use crate::quota::{CostOf, Params, RTool};
+use toolgate::compile::CostOf;
+
+use crate::quota::{Params, Tool};
 use crate::script::Reply;
 use crate::store::Inner;
 
@@ -114,7 +116,7 @@ impl Inner {
     /// `None` when the call must go to Redis on its own.
     pub(crate) async fn try_grant(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
+        tool: &Arc<Tool>,
         steps: &[Step],
         count: u64,
     ) -> Option<RedisPermit> {
@@ -139,7 +141,7 @@ impl Inner {
             Take::Batch if self.down.load(std::sync::atomic::Ordering::Acquire) => return None,
             Take::Batch => {}
         }
-        let capacity = steps.iter().map(|s| s.quota.params.capacity()).min()?;
+        let capacity = steps.iter().map(|s| s.quota.spec.capacity()).min()?;
         let batch = grants.size.min(capacity);
         if batch <= count {
             return None;
@@ -217,8 +219,8 @@ fn grantable(steps: &[Step]) -> bool {
     !steps.is_empty()
         && steps.iter().all(|s| {
             matches!(s.quota.params, Params::Bucket { .. })
-                && s.quota.cost_of == CostOf::Requests
-                && !s.quota.shadow
+                && s.quota.spec.cost_of == CostOf::Requests
+                && !s.quota.spec.is_shadow()
         })
 }
 

@@ -41,7 +41,6 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod batch;
-mod call;
 mod conn;
 mod engine_store;
 mod error;

@@ -14,7 +14,6 @@ use redis::Script;
 use toolgate::config::{OnLimit, OnStoreError, StoreConfig, UnknownTools, MAX_WAIT_LIMIT};
 use toolgate::{Call, Clock, Engine, Policy, Reason, Rejection};
 
-use crate::call::CallInfo;
 use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::fallback::fallback_engine;
@@ -23,7 +22,7 @@ use crate::ids::Ids;
 use crate::lease::{LeaseTtl, DEFAULT_LEASE_TTL};
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
-use crate::quota::{Compiled, RTool};
+use crate::quota::{Compiled, Tool};
 use crate::script::Reply;
 
 /// How often a store that stopped answering is probed.
@@ -235,11 +234,11 @@ impl RedisGate {
     /// `store` with reason `circuit_open`; under `local`, the fallback's decision.
     pub async fn try_admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
         let g = &self.inner;
-        let Some((tool, info)) = g.resolve(call)? else {
+        let Some(tool) = g.resolve(call)? else {
             return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
         };
-        let steps = plan(&tool, &info)?;
-        if let Some(p) = g.try_grant(&tool, &steps, info.count).await {
+        let steps = plan(&tool, call)?;
+        if let Some(p) = g.try_grant(&tool, &steps, call.request_count()).await {
             let result = Ok(p);
             g.record(&tool.name, &result);
             return result;
@@ -273,11 +272,11 @@ impl RedisGate {
     /// A [`Rejection`]; nothing was charged.
     pub async fn admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
         let g = &self.inner;
-        let Some((tool, info)) = g.resolve(call)? else {
+        let Some(tool) = g.resolve(call)? else {
             return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
         };
-        let steps = plan(&tool, &info)?;
-        let waits = tool.on_limit == OnLimit::Wait || info.max_wait.is_some();
+        let steps = plan(&tool, call)?;
+        let waits = tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some();
         let result = if waits {
             let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
             g.wait(&tool, call, &steps, max_wait).await
@@ -304,10 +303,7 @@ impl RedisGate {
 
 impl Inner {
     /// The tool and fields of `call`; `None` for an unknown tool that is allowed.
-    pub(crate) fn resolve(
-        &self,
-        call: &Call<'_>,
-    ) -> Result<Option<(Arc<RTool>, CallInfo)>, Rejection> {
+    pub(crate) fn resolve(&self, call: &Call<'_>) -> Result<Option<Arc<Tool>>, Rejection> {
         let Some(tool) = self.compiled.tools.get(call.tool_name()) else {
             return match self.compiled.unknown {
                 UnknownTools::Deny => Err(Rejection::new(
@@ -319,14 +315,14 @@ impl Inner {
                 _ => Ok(None),
             };
         };
-        Ok(Some((tool.clone(), CallInfo::read(call))))
+        Ok(Some(tool.clone()))
     }
 
     /// One decision round trip (`max_wait_us` < 0: now or never), or the
     /// `on_store_error` path.
     pub(crate) async fn decide(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
+        tool: &Arc<Tool>,
         call: &Call<'_>,
         steps: &[Step],
         max_wait_us: i64,
@@ -368,7 +364,7 @@ impl Inner {
     /// The decision when Redis does not answer.
     pub(crate) async fn degraded(
         &self,
-        tool: &RTool,
+        tool: &Tool,
         call: &Call<'_>,
         wait: bool,
     ) -> Result<RedisPermit, Rejection> {

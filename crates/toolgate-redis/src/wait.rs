@@ -9,12 +9,12 @@ use toolgate::{Call, Reason, Rejection};
 
 use crate::permit::{Op, RedisPermit};
 use crate::plan::{reservation_ops, Step};
-use crate::quota::RTool;
+use crate::quota::Tool;
 use crate::script::Reply;
 use crate::store::Inner;
 
 /// A waiter of this process; counts against the tool's `queue_limit`.
-struct QueueSlot(Arc<RTool>);
+struct QueueSlot(Arc<Tool>);
 
 /// Gives back a reservation unless disarmed: a waiter that leaves early.
 struct CancelGuard {
@@ -29,7 +29,7 @@ impl Inner {
     /// The wait path of [`RedisGate::admit`].
     pub(crate) async fn wait(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
+        tool: &Arc<Tool>,
         call: &Call<'_>,
         steps: &[Step],
         max_wait: Duration,
@@ -100,7 +100,7 @@ impl Inner {
 // === impl QueueSlot ===
 
 impl QueueSlot {
-    fn enter(tool: &Arc<RTool>) -> Option<Self> {
+    fn enter(tool: &Arc<Tool>) -> Option<Self> {
         let prev = tool.waiting.fetch_add(1, Ordering::AcqRel);
         if prev >= tool.queue_limit {
             tool.waiting.fetch_sub(1, Ordering::AcqRel);
