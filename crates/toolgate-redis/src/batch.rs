@@ -219,12 +219,7 @@ impl Inner {
                     RedisPermit::new(Some(c.tool_name().into()), Held::Local(p), Duration::ZERO)
                 })
                 .collect()),
-            _ => Err(Rejection::new(
-                &*first.name,
-                "store",
-                Reason::CircuitOpen,
-                None,
-            )),
+            _ => Err(Rejection::store_unavailable(first.name.clone())),
         }
     }
 }

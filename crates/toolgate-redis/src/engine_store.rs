@@ -138,12 +138,7 @@ impl RedisStore {
             Ok(result) => result,
             Err(e) => {
                 tracing::error!(error = %e, "redis admission task failed");
-                Err(Rejection::new(
-                    tool,
-                    "store",
-                    toolgate::Reason::CircuitOpen,
-                    None,
-                ))
+                Err(Rejection::store_unavailable(tool))
             }
         }
     }

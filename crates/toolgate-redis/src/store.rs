@@ -346,12 +346,7 @@ impl Inner {
                 let permit = permits.pop().flatten();
                 match permit {
                     Some(p) => self.sleep_out(p, steps, &id, reply).await,
-                    None => Err(Rejection::new(
-                        &*tool.name,
-                        "store",
-                        Reason::CircuitOpen,
-                        None,
-                    )),
+                    None => Err(Rejection::store_unavailable(tool.name.clone())),
                 }
             }
             Err(e) => {
@@ -382,12 +377,7 @@ impl Inner {
                 let waited = p.waited();
                 Ok(RedisPermit::new(name, Held::Local(p), waited))
             }
-            _ => Err(Rejection::new(
-                &*tool.name,
-                "store",
-                Reason::CircuitOpen,
-                None,
-            )),
+            _ => Err(Rejection::store_unavailable(tool.name.clone())),
         }
     }
 

@@ -51,7 +51,7 @@ async def process(policy: ToolRateLimitPolicy, context: Any, call_next: Callable
 
         raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
     if not isinstance(decision, Permit):
-        if decision.quota == "store":
+        if decision.store_unavailable:
             # The shared store (Redis) could not decide and the policy fails closed:
             # that is not the tool's rate limit, so the framework is told.
             from agent_framework import MiddlewareFailure

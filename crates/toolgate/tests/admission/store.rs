@@ -176,8 +176,10 @@ async fn the_synchronous_verbs_refuse_on_a_store_and_say_so() {
     let (_store, a, _b, _clock) = setup(TOML, false);
     let no = a.try_admit(&Call::new("lookup")).unwrap_err();
     assert_eq!((no.quota(), no.reason()), ("store", Reason::CircuitOpen));
+    assert!(no.is_store_unavailable());
     let no = a.try_admit_all(&[Call::new("lookup")]).unwrap_err();
     assert_eq!(no.quota(), "store");
+    assert!(no.is_store_unavailable());
     // Tools without a policy never needed the store.
     assert!(a.try_admit(&Call::new("weather")).is_ok());
 }
