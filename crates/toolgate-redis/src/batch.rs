@@ -13,11 +13,11 @@ use toolgate::compile::CostOf;
 
 use crate::quota::{Params, Quota, Tool};
 use crate::script::Reply;
-use crate::store::Inner;
+use crate::store::Gate;
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// The permits of admitted calls: `split[i]` is call i's steps (`None` tool: an
     /// unknown tool); `merged` the steps the script ran. `refundable` permits (the
     /// parts of a reservation) also keep what gives their charges back, for
@@ -48,14 +48,10 @@ impl Inner {
         let mut next_member: Vec<u64> = vec![1; merged.len()];
         let mut out = Vec::with_capacity(tools.len());
         for (tool, (_, steps)) in tools.iter().zip(split) {
-            let Some(tool) = tool else {
-                out.push(Some(RedisPermit::new(
-                    None,
-                    Held::Unaccounted,
-                    Duration::ZERO,
-                )));
+            if tool.is_none() {
+                out.push(Some(RedisPermit::new(Held::Unaccounted, Duration::ZERO)));
                 continue;
-            };
+            }
             let mut leases = Vec::new();
             let mut tokens = Vec::new();
             let mut refunds = Vec::new();
@@ -114,11 +110,7 @@ impl Inner {
                 tokens,
                 refunds,
             };
-            out.push(Some(RedisPermit::new(
-                Some(tool.name.clone()),
-                held,
-                Duration::ZERO,
-            )));
+            out.push(Some(RedisPermit::new(held, Duration::ZERO)));
         }
         out
     }
@@ -163,7 +155,7 @@ impl Inner {
         let Some(first) = first else {
             return Ok(calls
                 .iter()
-                .map(|_| RedisPermit::new(None, Held::Unaccounted, Duration::ZERO))
+                .map(|_| RedisPermit::new(Held::Unaccounted, Duration::ZERO))
                 .collect());
         };
         let degraded = |this: &Arc<Self>| this.degraded_all(&first, calls);
@@ -203,21 +195,12 @@ impl Inner {
         match (self.on_error, &self.fallback) {
             (OnStoreError::FailOpen, _) => Ok(calls
                 .iter()
-                .map(|c| {
-                    RedisPermit::new(
-                        Some(c.tool_name().into()),
-                        Held::Unaccounted,
-                        Duration::ZERO,
-                    )
-                })
+                .map(|_| RedisPermit::new(Held::Unaccounted, Duration::ZERO))
                 .collect()),
             (OnStoreError::Local, Some(engine)) => Ok(engine
                 .try_admit_all(calls)?
                 .into_iter()
-                .zip(calls)
-                .map(|(p, c)| {
-                    RedisPermit::new(Some(c.tool_name().into()), Held::Local(p), Duration::ZERO)
-                })
+                .map(|p| RedisPermit::new(Held::Local(p), Duration::ZERO))
                 .collect()),
             _ => Err(Rejection::store_unavailable(first.name.clone())),
         }

@@ -24,9 +24,9 @@ use crate::permit::{Held, Op, RedisPermit};
 use crate::plan::Step;
 use toolgate::compile::CostOf;
 
-use crate::quota::{Params, Tool};
+use crate::quota::Params;
 use crate::script::Reply;
-use crate::store::Inner;
+use crate::store::Gate;
 
 /// The grants of one gate, by the keys of the quota instances they cover.
 #[derive(Debug)]
@@ -109,14 +109,13 @@ enum Take {
     Ask,
 }
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// Admits `count` from a local grant, taking a new batch when none is left;
     /// `None` when the call must go to Redis on its own.
     pub(crate) async fn try_grant(
         self: &Arc<Self>,
-        tool: &Arc<Tool>,
         steps: &[Step],
         count: u64,
     ) -> Option<RedisPermit> {
@@ -131,11 +130,7 @@ impl Inner {
             .join("\n");
         match grants.take(&key, count) {
             Take::Granted => {
-                return Some(RedisPermit::new(
-                    Some(tool.name.clone()),
-                    Held::Granted,
-                    Duration::ZERO,
-                ));
+                return Some(RedisPermit::new(Held::Granted, Duration::ZERO));
             }
             Take::Ask => return None,
             Take::Batch if self.down.load(std::sync::atomic::Ordering::Acquire) => return None,
@@ -159,11 +154,7 @@ impl Inner {
             Ok(Reply::Admitted { .. }) => {
                 let generation = grants.put(&key, Some(batch - count), ttl);
                 self.return_later(key, generation, batched, ttl);
-                Some(RedisPermit::new(
-                    Some(tool.name.clone()),
-                    Held::Granted,
-                    Duration::ZERO,
-                ))
+                Some(RedisPermit::new(Held::Granted, Duration::ZERO))
             }
             Ok(Reply::Denied { retry, .. }) => {
                 // Not enough for a batch: single calls until enough has refilled.

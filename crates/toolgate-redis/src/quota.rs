@@ -69,7 +69,6 @@ pub(crate) struct Tool {
 pub(crate) struct Compiled {
     pub(crate) tools: BTreeMap<String, Arc<Tool>>,
     pub(crate) unknown: UnknownTools,
-    pub(crate) groups: usize,
 }
 
 // === impl Params ===
@@ -208,7 +207,6 @@ impl Compiled {
         Ok(Self {
             tools,
             unknown: config.unknown_tools,
-            groups: groups.count(),
         })
     }
 }

@@ -6,7 +6,7 @@ use crate::error::StoreError;
 use crate::permit::Op;
 use crate::plan::{live, Step};
 use crate::quota::Params;
-use crate::store::Inner;
+use crate::store::Gate;
 
 /// The admission script's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +24,9 @@ pub(crate) enum Reply {
     },
 }
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// The script's time argument: Redis' clock unless a test clock is set.
     pub(crate) fn now_arg(&self) -> String {
         self.clock
