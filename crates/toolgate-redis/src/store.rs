@@ -172,7 +172,7 @@ impl Gate {
         }
     }
 
-    /// The tool and fields of `call`; `None` for an unknown tool that is allowed.
+    /// The tool of `call`; `None` for an unknown tool that is allowed.
     pub(crate) fn resolve(&self, call: &Call<'_>) -> Result<Option<Arc<Tool>>, Rejection> {
         let Some(tool) = self.compiled.tools.get(call.tool_name()) else {
             return match self.compiled.unknown {

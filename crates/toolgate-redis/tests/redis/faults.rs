@@ -270,7 +270,7 @@ fn counting_store_errors<T>(
 /// Issue #13, item 11: a Redis that stops answering is counted as
 /// `toolgate_store_errors_total{kind="timeout"}` on every path that waits for it
 /// (admission, release — which also carries token reconciliations — and the probe's
-/// ping), never as `kind="redis"`, whichever timer noticed first (the gate's, or the
+/// ping), never as `kind="redis"`, whichever timer noticed first (the store's, or the
 /// client's own response timeout of the same length).
 #[test]
 fn a_hung_redis_is_counted_as_timeouts_on_every_path() {
