@@ -59,6 +59,13 @@ impl Rejection {
         self.inner.reason().as_str()
     }
 
+    /// Whether a shared store could not decide (it did not answer and the policy
+    /// fails closed): not a limit of the tool. The core's one test of it.
+    #[getter]
+    fn store_unavailable(&self) -> bool {
+        self.inner.is_store_unavailable()
+    }
+
     #[getter]
     fn retry_after(&self) -> Option<f64> {
         self.inner

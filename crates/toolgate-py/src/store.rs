@@ -50,7 +50,7 @@ pub(crate) fn connect(
     let rt = runtime()?;
     py.detach(|| {
         rt.block_on(async move {
-            let b = toolgate_redis::RedisGate::builder(policy, store);
+            let b = toolgate_redis::Builder::new(policy, store);
             if manual {
                 b.clock(clock).engine().await
             } else {

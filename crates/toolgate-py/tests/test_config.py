@@ -179,6 +179,12 @@ def test_rejections_are_values_and_exceptions_that_pickle() -> None:
         Rejection("t", "q", "bored")
 
 
+def test_a_store_that_could_not_decide_is_told_apart_by_a_field_not_by_its_text() -> None:
+    assert Rejection("t", "store", "circuit_open").store_unavailable
+    assert not Rejection("t", "tools.t.circuit", "circuit_open").store_unavailable
+    assert not Rejection("t", "tools.t.rate", "rate_limited", 0.5).store_unavailable
+
+
 async def test_the_middleware_takes_the_tenant_from_tenant_of() -> None:
     from types import SimpleNamespace
 

@@ -137,6 +137,7 @@ def test_an_unreachable_redis_fails_closed_within_the_timeout() -> None:
     assert time.monotonic() - start < 3.0
     assert isinstance(no, Rejection)
     assert (no.quota, no.reason) == ("store", "circuit_open")
+    assert no.store_unavailable
 
 
 def test_the_middleware_fails_closed_with_middleware_failure_when_redis_is_unreachable() -> None:

@@ -1,5 +1,7 @@
 //! Admission throughput against a real Redis: `callers` concurrent tasks calling
-//! `try_admit` in a loop for `secs` seconds on a quota that always admits.
+//! `admit_now` on an engine on the Redis store (the crate's one front door: what the
+//! gateway and the Python package run) in a loop for `secs` seconds on a quota that
+//! always admits.
 //! Used by `scripts/bench-redis`; prints one JSON line and writes latencies (µs, one
 //! per line) to `--latencies FILE` if given.
 //!
@@ -18,7 +20,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use toolgate::config::Config;
 use toolgate::{Call, Policy};
-use toolgate_redis::RedisGate;
 
 struct Args {
     url: String,
@@ -28,9 +29,6 @@ struct Args {
     start_ms: u64,
     latencies: Option<String>,
     grant: u64,
-    /// Admit through a `toolgate::Engine` on the Redis store (what the gateway and
-    /// the Python package run) instead of the `RedisGate` itself.
-    engine: bool,
     /// Runtime worker threads (default 2; the 4-process setup uses 1 each, so that
     /// 4 clients and Redis are not 9 threads on a 2-core machine).
     threads: usize,
@@ -45,7 +43,6 @@ fn args() -> Result<Args, String> {
         start_ms: 0,
         latencies: None,
         grant: 0,
-        engine: false,
         threads: 2,
     };
     let mut it = std::env::args().skip(1);
@@ -62,7 +59,6 @@ fn args() -> Result<Args, String> {
             "--start-ms" => a.start_ms = num(value()?)?,
             "--latencies" => a.latencies = Some(value()?),
             "--grant" => a.grant = num(value()?)?,
-            "--engine" => a.engine = true,
             "--threads" => {
                 a.threads = usize::try_from(num(value()?)?).map_err(|e| e.to_string())?;
             }
@@ -96,14 +92,10 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_toml_str(&toml)?;
     let store = config.store.clone().ok_or("no store")?;
     let policy = Policy::new(config)?;
-    let admitter = if a.engine {
-        Admitter::Engine(toolgate_redis::engine(policy, &store).await?)
-    } else {
-        Admitter::Gate(RedisGate::connect(policy, &store).await?)
-    };
+    let engine = toolgate_redis::engine(policy, &store).await?;
     // Warm up: connect and load the script.
     for _ in 0..10 {
-        let _ = admitter.admit().await;
+        let _ = admit(&engine).await;
     }
     if a.start_ms > 0 {
         tokio::time::sleep(Duration::from_millis(a.start_ms.saturating_sub(unix_ms()))).await;
@@ -112,12 +104,12 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let end = t0 + Duration::from_secs(a.secs);
     let tasks: Vec<_> = (0..a.callers)
         .map(|_| {
-            let gate = admitter.clone();
+            let engine = engine.clone();
             tokio::spawn(async move {
                 let (mut ok, mut no, mut lat) = (0u64, 0u64, Vec::with_capacity(100_000));
                 while Instant::now() < end {
                     let s = Instant::now();
-                    if gate.admit().await {
+                    if admit(&engine).await {
                         ok += 1;
                     } else {
                         no += 1;
@@ -156,20 +148,7 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// What the benchmark admits through.
-#[derive(Clone)]
-enum Admitter {
-    Gate(RedisGate),
-    Engine(toolgate::Engine),
-}
-
-impl Admitter {
-    /// One admission (the permit is dropped at once); whether it was admitted.
-    async fn admit(&self) -> bool {
-        let call = Call::new("bench");
-        match self {
-            Self::Gate(g) => g.try_admit(&call).await.is_ok(),
-            Self::Engine(e) => e.admit_now(&call).await.is_ok(),
-        }
-    }
+/// One admission (the permit is dropped at once); whether it was admitted.
+async fn admit(engine: &toolgate::Engine) -> bool {
+    engine.admit_now(&Call::new("bench")).await.is_ok()
 }

@@ -9,20 +9,22 @@ use toolgate::{Call, Reason, Rejection};
 
 use crate::permit::{Held, Op, RedisPermit, TokenHold};
 use crate::plan::{denial, live, merge, plan, Step};
-use crate::quota::{CostOf, Params, RQuota, RTool};
+use toolgate::compile::CostOf;
+
+use crate::quota::{Params, Quota, Tool};
 use crate::script::Reply;
-use crate::store::Inner;
+use crate::store::Gate;
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// The permits of admitted calls: `split[i]` is call i's steps (`None` tool: an
     /// unknown tool); `merged` the steps the script ran. `refundable` permits (the
     /// parts of a reservation) also keep what gives their charges back, for
     /// [`RedisPermit::cancel`].
     pub(crate) fn admitted(
         self: &Arc<Self>,
-        tools: &[Option<Arc<RTool>>],
+        tools: &[Option<Arc<Tool>>],
         split: &[(usize, &[Step])],
         merged: &[Step],
         id: &Arc<str>,
@@ -46,18 +48,17 @@ impl Inner {
         let mut next_member: Vec<u64> = vec![1; merged.len()];
         let mut out = Vec::with_capacity(tools.len());
         for (tool, (_, steps)) in tools.iter().zip(split) {
-            let Some(tool) = tool else {
-                out.push(Some(RedisPermit::new(
-                    None,
-                    Held::Unaccounted,
-                    Duration::ZERO,
-                )));
+            if tool.is_none() {
+                out.push(Some(RedisPermit::new(Held::Unaccounted, Duration::ZERO)));
                 continue;
-            };
+            }
             let mut leases = Vec::new();
             let mut tokens = Vec::new();
             let mut refunds = Vec::new();
-            for s in steps.iter().filter(|s| !s.quota.shadow || shadow_ok) {
+            for s in steps
+                .iter()
+                .filter(|s| !s.quota.spec.is_shadow() || shadow_ok)
+            {
                 if s.cost == 0 {
                     continue;
                 }
@@ -94,7 +95,7 @@ impl Inner {
                     Params::Bucket { .. } => {}
                 }
                 if let (Params::Bucket { pq, pr, den, burst }, CostOf::Tokens) =
-                    (s.quota.params, s.quota.cost_of)
+                    (s.quota.params, s.quota.spec.cost_of)
                 {
                     tokens.push(TokenHold {
                         key: s.key.clone(),
@@ -109,11 +110,7 @@ impl Inner {
                 tokens,
                 refunds,
             };
-            out.push(Some(RedisPermit::new(
-                Some(tool.name.clone()),
-                held,
-                Duration::ZERO,
-            )));
+            out.push(Some(RedisPermit::new(held, Duration::ZERO)));
         }
         out
     }
@@ -126,8 +123,8 @@ impl Inner {
         let mut plans = Vec::with_capacity(calls.len());
         for call in calls {
             match self.resolve(call)? {
-                Some((tool, info)) => {
-                    plans.push(plan(&tool, &info)?);
+                Some(tool) => {
+                    plans.push(plan(&tool, call)?);
                     tools.push(Some(tool));
                 }
                 None => {
@@ -145,10 +142,10 @@ impl Inner {
             tools.get(i).cloned().flatten()
         };
         let name_of = |key: &str| owner(key).map_or_else(|| Arc::from(""), |t| t.name.clone());
-        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.params.capacity()) {
+        if let Some(s) = merged.iter().find(|s| s.cost > s.quota.spec.capacity()) {
             let r = Rejection::new(
                 name_of(&s.key),
-                &*s.quota.path,
+                &*s.quota.spec.path,
                 Reason::CostExceedsCapacity,
                 None,
             );
@@ -158,7 +155,7 @@ impl Inner {
         let Some(first) = first else {
             return Ok(calls
                 .iter()
-                .map(|_| RedisPermit::new(None, Held::Unaccounted, Duration::ZERO))
+                .map(|_| RedisPermit::new(Held::Unaccounted, Duration::ZERO))
                 .collect());
         };
         let degraded = |this: &Arc<Self>| this.degraded_all(&first, calls);
@@ -192,46 +189,33 @@ impl Inner {
 
     pub(crate) fn degraded_all(
         &self,
-        first: &RTool,
+        first: &Tool,
         calls: &[Call<'_>],
     ) -> Result<Vec<RedisPermit>, Rejection> {
         match (self.on_error, &self.fallback) {
             (OnStoreError::FailOpen, _) => Ok(calls
                 .iter()
-                .map(|c| {
-                    RedisPermit::new(
-                        Some(c.tool_name().into()),
-                        Held::Unaccounted,
-                        Duration::ZERO,
-                    )
-                })
+                .map(|_| RedisPermit::new(Held::Unaccounted, Duration::ZERO))
                 .collect()),
             (OnStoreError::Local, Some(engine)) => Ok(engine
                 .try_admit_all(calls)?
                 .into_iter()
-                .zip(calls)
-                .map(|(p, c)| {
-                    RedisPermit::new(Some(c.tool_name().into()), Held::Local(p), Duration::ZERO)
-                })
+                .map(|p| RedisPermit::new(Held::Local(p), Duration::ZERO))
                 .collect()),
-            _ => Err(Rejection::new(
-                &*first.name,
-                "store",
-                Reason::CircuitOpen,
-                None,
-            )),
+            _ => Err(Rejection::store_unavailable(first.name.clone())),
         }
     }
 }
 
-fn shadow_rejected(tools: &[Option<Arc<RTool>>], q: &RQuota) {
+fn shadow_rejected(tools: &[Option<Arc<Tool>>], q: &Quota) {
     let tool = tools.iter().flatten().next().map_or("", |t| &*t.name);
-    tracing::info!(tool, quota = &*q.path, reason = %q.reason(), "shadow quota would have rejected");
+    let reason = q.spec.reason();
+    tracing::info!(tool, quota = &*q.spec.path, %reason, "shadow quota would have rejected");
     metrics::counter!(
         "toolgate_admissions_total",
         "tool" => tool.to_string(),
         "decision" => "shadow_rejected",
-        "reason" => q.reason().as_str()
+        "reason" => reason.as_str()
     )
     .increment(1);
 }

@@ -1,4 +1,5 @@
-//! [`RedisStore`]: Redis behind a [`toolgate::Engine`], through the core's
+//! The crate's one front door: a [`toolgate::Engine`] whose quotas live in Redis
+//! ([`engine`], or [`Builder::engine`] for options), on [`RedisStore`], the core's
 //! [`QuotaStore`] seam.
 //!
 //! The engine keeps what is per process (Retry-After pauses, circuit breakers,
@@ -17,10 +18,14 @@ use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
 use toolgate::{Call, Clock, Completion, Engine, Policy, Rejection, SystemClock};
 
 use crate::error::StoreError;
+use crate::lease::DEFAULT_LEASE_TTL;
 use crate::permit::RedisPermit;
-use crate::store::{Builder, RedisGate};
+use crate::store::Gate;
 
-/// The Redis store of a [`toolgate::Engine`].
+/// The Redis store of a [`toolgate::Engine`]: built by [`engine`] or
+/// [`Builder::engine`], and reached through the engine only
+/// ([`toolgate::Engine::store`] for what the seam offers, such as
+/// [`QuotaStore::set_lease_ttl`]).
 ///
 /// # Examples
 ///
@@ -44,8 +49,32 @@ use crate::store::{Builder, RedisGate};
 /// ```
 #[derive(Debug)]
 pub struct RedisStore {
-    gate: RwLock<RedisGate>,
+    gate: RwLock<Arc<Gate>>,
     handle: tokio::runtime::Handle,
+}
+
+/// Options of an engine on Redis beyond the `[store]` section.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(policy: toolgate::Policy, store: toolgate::config::StoreConfig)
+/// # -> Result<(), toolgate_redis::StoreError> {
+/// use std::time::Duration;
+///
+/// let engine = toolgate_redis::Builder::new(policy, store)
+///     .lease_ttl(Duration::from_secs(300))
+///     .engine()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `engine` is called"]
+pub struct Builder {
+    policy: Policy,
+    store: StoreConfig,
+    lease_ttl: Duration,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 /// A call's fields, owned, to admit it on the store's runtime.
@@ -69,27 +98,59 @@ struct Lease {
     handle: tokio::runtime::Handle,
 }
 
-/// Connects to the Redis of `store` and builds an engine on it (system clock).
+/// Connects to the Redis of `store` and builds an engine on it (system clock, default
+/// options). Must run inside a Tokio runtime, which then carries the store's I/O.
 ///
 /// # Errors
 ///
-/// As [`Builder::connect`], or when Redis cannot run the policy.
+/// As [`Builder::engine`].
 pub async fn engine(policy: Policy, store: &StoreConfig) -> Result<Engine, StoreError> {
-    RedisGate::builder(policy, store.clone()).engine().await
+    Builder::new(policy, store.clone()).engine().await
 }
 
 // === impl Builder ===
 
 impl Builder {
+    /// An engine on the Redis of `store` for `policy`, with the default options.
+    pub fn new(policy: Policy, store: StoreConfig) -> Self {
+        Self {
+            policy,
+            store,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            clock: None,
+        }
+    }
+
+    /// How long a concurrency lease lives unless released (default 60 s, clamped to
+    /// [`crate::MIN_LEASE_TTL`]..=[`crate::MAX_LEASE_TTL`]): a crashed process's
+    /// in-flight calls are released after it, and a call that runs longer loses its
+    /// slot. The engine's [`QuotaStore::set_lease_ttl`] changes it later.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Replaces Redis' clock by `clock` (whole µs of it), and runs the engine on it
+    /// too: for deterministic tests only. Every process sharing the quotas must then
+    /// use the same clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Connects and builds an engine whose quotas live in Redis, on the builder's
     /// clock (or the system clock). Must run inside a Tokio runtime, which then
     /// carries the store's I/O (admissions from other executors are handed to it).
+    /// A single server is connected lazily, so the engine starts even while Redis is
+    /// down (calls then take the `on_store_error` path).
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`].
+    /// When the URL is not a Redis URL, the key prefix contains a brace, a quota
+    /// cannot be computed exactly in Redis ([`StoreError::Precision`]), or a cluster
+    /// cannot be reached.
     pub async fn engine(self) -> Result<Engine, StoreError> {
-        let clock: Arc<dyn Clock> = match self.clock_ref() {
+        let clock: Arc<dyn Clock> = match &self.clock {
             Some(c) => c.clone(),
             None => Arc::new(SystemClock::new()),
         };
@@ -101,12 +162,12 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`].
+    /// As [`Builder::engine`].
     pub async fn engine_with_clock(self, clock: Arc<dyn Clock>) -> Result<Engine, StoreError> {
-        let gate = self.embedded().connect().await?;
+        let gate = Gate::connect(self.policy, self.store, self.lease_ttl, self.clock).await?;
         let policy = gate.policy().clone();
         let store = Arc::new(RedisStore {
-            gate: RwLock::new(gate),
+            gate: RwLock::new(Arc::new(gate)),
             handle: tokio::runtime::Handle::current(),
         });
         Engine::with_store(policy, clock, store).map_err(|message| StoreError::Config {
@@ -119,7 +180,7 @@ impl Builder {
 // === impl RedisStore ===
 
 impl RedisStore {
-    fn gate(&self) -> RedisGate {
+    fn gate(&self) -> Arc<Gate> {
         match self.gate.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -138,19 +199,14 @@ impl RedisStore {
             Ok(result) => result,
             Err(e) => {
                 tracing::error!(error = %e, "redis admission task failed");
-                Err(Rejection::new(
-                    tool,
-                    "store",
-                    toolgate::Reason::CircuitOpen,
-                    None,
-                ))
+                Err(Rejection::store_unavailable(tool))
             }
         }
     }
 
     fn lease(&self, permit: RedisPermit) -> Box<dyn StoreLease> {
         Box::new(Lease {
-            permit: permit.unmetered(),
+            permit,
             handle: self.handle.clone(),
         })
     }
@@ -188,13 +244,13 @@ impl QuotaStore for RedisStore {
         let gate = self.gate();
         Box::pin(async move {
             let permits = if tokio::runtime::Handle::try_current().is_ok() {
-                gate.try_admit_all(calls).await
+                gate.admit_all(calls).await
             } else {
                 let owned: Vec<OwnedCall> = calls.iter().map(OwnedCall::of).collect();
                 let tool = calls.first().map_or("", |c| c.tool_name());
                 self.on_runtime(tool, async move {
                     let calls: Vec<Call<'_>> = owned.iter().map(OwnedCall::call).collect();
-                    gate.try_admit_all(&calls).await
+                    gate.admit_all(&calls).await
                 })
                 .await
             };
@@ -214,18 +270,19 @@ impl QuotaStore for RedisStore {
         if gate.policy() == policy {
             return Ok(());
         }
-        *gate = gate
-            .reconfigured(policy.clone())
-            .map_err(|e| e.to_string())?;
+        *gate = Arc::new(
+            gate.reconfigured(policy.clone())
+                .map_err(|e| e.to_string())?,
+        );
         Ok(())
     }
 }
 
-async fn admit(gate: &RedisGate, call: &Call<'_>, wait: bool) -> Result<RedisPermit, Rejection> {
+async fn admit(gate: &Arc<Gate>, call: &Call<'_>, wait: bool) -> Result<RedisPermit, Rejection> {
     if wait {
         gate.admit(call).await
     } else {
-        gate.try_admit(call).await
+        gate.admit_now(call).await
     }
 }
 
@@ -280,6 +337,10 @@ impl<T> Drop for AbortOnDrop<T> {
 impl StoreLease for Lease {
     fn waited(&self) -> Duration {
         self.permit.waited()
+    }
+
+    fn source(&self) -> &'static str {
+        self.permit.source().as_str()
     }
 
     fn complete(self: Box<Self>, completion: Option<Completion>) {

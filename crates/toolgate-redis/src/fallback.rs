@@ -15,8 +15,9 @@ use crate::error::StoreError;
 
 /// The in-process engine of `on_store_error = "local"`, if that is the mode.
 ///
-/// Its own metrics go to a no-op recorder: the gate counts every decision, the
-/// fallback's included, so the engine counting them as well would count them twice.
+/// Its own metrics go to a no-op recorder: the engine on the store counts every
+/// decision, the fallback's included, so the fallback counting them as well would
+/// count them twice.
 pub(crate) fn fallback_engine(
     store: &StoreConfig,
     policy: &Policy,

@@ -22,9 +22,11 @@ use tokio::time::Instant;
 
 use crate::permit::{Held, Op, RedisPermit};
 use crate::plan::Step;
-use crate::quota::{CostOf, Params, RTool};
+use toolgate::compile::CostOf;
+
+use crate::quota::Params;
 use crate::script::Reply;
-use crate::store::Inner;
+use crate::store::Gate;
 
 /// The grants of one gate, by the keys of the quota instances they cover.
 #[derive(Debug)]
@@ -107,14 +109,13 @@ enum Take {
     Ask,
 }
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// Admits `count` from a local grant, taking a new batch when none is left;
     /// `None` when the call must go to Redis on its own.
     pub(crate) async fn try_grant(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
         steps: &[Step],
         count: u64,
     ) -> Option<RedisPermit> {
@@ -129,17 +130,13 @@ impl Inner {
             .join("\n");
         match grants.take(&key, count) {
             Take::Granted => {
-                return Some(RedisPermit::new(
-                    Some(tool.name.clone()),
-                    Held::Granted,
-                    Duration::ZERO,
-                ));
+                return Some(RedisPermit::new(Held::Granted, Duration::ZERO));
             }
             Take::Ask => return None,
             Take::Batch if self.down.load(std::sync::atomic::Ordering::Acquire) => return None,
             Take::Batch => {}
         }
-        let capacity = steps.iter().map(|s| s.quota.params.capacity()).min()?;
+        let capacity = steps.iter().map(|s| s.quota.spec.capacity()).min()?;
         let batch = grants.size.min(capacity);
         if batch <= count {
             return None;
@@ -157,11 +154,7 @@ impl Inner {
             Ok(Reply::Admitted { .. }) => {
                 let generation = grants.put(&key, Some(batch - count), ttl);
                 self.return_later(key, generation, batched, ttl);
-                Some(RedisPermit::new(
-                    Some(tool.name.clone()),
-                    Held::Granted,
-                    Duration::ZERO,
-                ))
+                Some(RedisPermit::new(Held::Granted, Duration::ZERO))
             }
             Ok(Reply::Denied { retry, .. }) => {
                 // Not enough for a batch: single calls until enough has refilled.
@@ -217,8 +210,8 @@ fn grantable(steps: &[Step]) -> bool {
     !steps.is_empty()
         && steps.iter().all(|s| {
             matches!(s.quota.params, Params::Bucket { .. })
-                && s.quota.cost_of == CostOf::Requests
-                && !s.quota.shadow
+                && s.quota.spec.cost_of == CostOf::Requests
+                && !s.quota.spec.is_shadow()
         })
 }
 

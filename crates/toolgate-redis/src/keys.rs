@@ -83,6 +83,7 @@ impl SlotGroups {
     }
 
     /// Number of distinct slot groups.
+    #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
         let mut tags: Vec<&String> = self.tools.values().chain(self.pools.values()).collect();
         tags.sort_unstable();

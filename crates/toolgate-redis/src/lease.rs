@@ -5,7 +5,7 @@
 //! a process that died with calls in flight: its slots come back after it. It must
 //! therefore be at least as long as the process may hold a lease, or a live call
 //! would lose its slot to another call; the gateway sets it from its own lease TTLs
-//! and again on every reload ([`crate::RedisGate::set_lease_ttl`]).
+//! and again on every reload (`QuotaStore::set_lease_ttl` on the engine's store).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

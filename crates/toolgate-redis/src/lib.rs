@@ -1,16 +1,19 @@
 //! Shared toolgate quotas on Redis: one quota obeyed by many processes and machines.
 //!
-//! [`RedisGate`] is the Redis twin of [`toolgate::Engine`]: the same policy, the same
-//! [`toolgate::Call`], the same [`toolgate::Rejection`] values, but the quota state
-//! lives in Redis, so every process sharing the Redis (and key prefix) shares the
-//! quotas. Each admission is one round trip running one Lua script that checks and
-//! charges every quota of the call all-or-nothing, on Redis' clock.
+//! The crate has one front door: a [`toolgate::Engine`] whose quotas live in Redis
+//! ([`engine`], or [`Builder`] for options). It is the engine of the core — the same
+//! policy, [`toolgate::Call`], [`toolgate::Permit`] and [`toolgate::Rejection`]
+//! values, the same verbs — but the quota state lives in Redis, so every process
+//! sharing the Redis (and key prefix) shares the quotas. Each admission is one round
+//! trip running one Lua script that checks and charges every quota of the call
+//! all-or-nothing, on Redis' clock. It is what `toolgate serve --store redis://…` and
+//! the Python package's `store="redis://…"` run.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use toolgate::config::Config;
 //! use toolgate::{Call, Completion, Policy};
-//! use toolgate_redis::RedisGate;
+//! use toolgate_redis::Source;
 //!
 //! let config = Config::from_toml_str(r#"
 //!     [store]
@@ -22,18 +25,17 @@
 //!     concurrency = 4
 //! "#)?;
 //! let store = config.store.clone().expect("a [store] section");
-//! let gate = RedisGate::connect(Policy::new(config)?, &store).await?;
-//! let permit = gate.try_admit(&Call::new("lookup_customer")).await?;
+//! let engine = toolgate_redis::engine(Policy::new(config)?, &store).await?;
+//! let permit = engine.admit_now(&Call::new("lookup_customer")).await?;
+//! assert_eq!(Source::of(&permit), Some(Source::Redis)); // or Local while Redis is away
 //! // … run the tool …
-//! permit.complete(Completion::success()).await?;
+//! permit.complete(Completion::success()); // the release runs in the background
 //! # Ok(()) }
 //! ```
 //!
-//! Most users want a [`toolgate::Engine`] whose quotas live in Redis instead:
-//! [`engine`] (or [`Builder::engine`]) builds one on a [`RedisStore`], the core's
-//! [`toolgate::store::QuotaStore`] seam; it is what `toolgate serve --store redis://…`
-//! and the Python package's `store="redis://…"` run.
-//!
+//! The store plans each call from the quotas the core resolves
+//! ([`toolgate::compile::tool_quotas`]); what is its own is the key layout, the
+//! scripts' arguments and the checks that Lua's doubles hold every number exactly.
 //! `docs/redis.md` in the repository describes the key layout, the script, Redis
 //! Cluster, failure modes and what is (and is not) guaranteed across processes.
 
@@ -41,7 +43,6 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 mod batch;
-mod call;
 mod conn;
 mod engine_store;
 mod error;
@@ -59,8 +60,7 @@ mod script;
 mod store;
 mod wait;
 
-pub use engine_store::{engine, RedisStore};
+pub use engine_store::{engine, Builder, RedisStore};
 pub use error::StoreError;
 pub use lease::{DEFAULT_LEASE_TTL, MAX_LEASE_TTL, MIN_LEASE_TTL};
-pub use permit::{RedisPermit, Source};
-pub use store::{Builder, RedisGate};
+pub use permit::Source;

@@ -1,4 +1,5 @@
-//! The permit of a call admitted through Redis, and what it gives back.
+//! The permit of a call admitted through Redis, what it gives back, and who decided
+//! it ([`Source`], the one part of it an engine's caller can see).
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,9 +8,24 @@ use std::time::Duration;
 use toolgate::{Completion, Permit};
 
 use crate::error::StoreError;
-use crate::store::Inner;
+use crate::store::Gate;
 
-/// Who decided an admission.
+/// Who decided an admission of an engine on the Redis store: read it from the
+/// engine's permit with [`Source::of`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(engine: toolgate::Engine) -> Result<(), toolgate::Rejection> {
+/// use toolgate::Call;
+/// use toolgate_redis::Source;
+///
+/// let permit = engine.admit_now(&Call::new("lookup_customer")).await?;
+/// if Source::of(&permit) == Some(Source::Local) {
+///     // Redis did not answer: this process's share of the quota admitted the call.
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Source {
@@ -60,25 +76,22 @@ pub(crate) struct TokenHold {
     pub(crate) estimate: u64,
 }
 
-/// Proof that a call was admitted by a [`crate::RedisGate`].
+/// Proof that a call was admitted by the gate, held by an engine's permit (through
+/// [`crate::RedisStore`]'s lease).
 ///
-/// Complete it with [`RedisPermit::complete`] when the call ends, to release its
-/// concurrency leases and reconcile its token estimate against the actual count.
-/// Dropping it without completing releases its leases in a spawned task (best effort:
-/// if that fails, the leases expire after the gate's lease TTL).
-#[must_use = "a permit releases its quota when dropped"]
-pub struct RedisPermit {
-    tool: Option<Arc<str>>,
+/// [`RedisPermit::complete`] releases its concurrency leases and reconciles its token
+/// estimate against the actual count. Dropping it without completing releases its
+/// leases in a spawned task (best effort: if that fails, the leases expire after the
+/// gate's lease TTL).
+pub(crate) struct RedisPermit {
     held: Held,
     waited: Duration,
     done: bool,
-    /// Counted in `toolgate_in_flight` (not when an engine counts it itself).
-    metered: bool,
 }
 
 pub(crate) enum Held {
     Remote {
-        gate: Arc<Inner>,
+        gate: Arc<Gate>,
         leases: Vec<Op>,
         tokens: Vec<TokenHold>,
         /// What gives the call's rate, token and sliding charges back (the parts of
@@ -90,52 +103,55 @@ pub(crate) enum Held {
     Unaccounted,
 }
 
+// === impl Source ===
+
+impl Source {
+    /// Who decided `permit`, an engine's permit on the Redis store; `None` when the
+    /// store was not asked (a tool without a policy), or another store decided.
+    pub fn of(permit: &Permit) -> Option<Self> {
+        match permit.store_source()? {
+            "redis" => Some(Self::Redis),
+            "local" => Some(Self::Local),
+            "grant" => Some(Self::Grant),
+            "unaccounted" => Some(Self::Unaccounted),
+            _ => None,
+        }
+    }
+
+    /// Its stable name: `redis`, `local`, `grant` or `unaccounted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Redis => "redis",
+            Self::Local => "local",
+            Self::Grant => "grant",
+            Self::Unaccounted => "unaccounted",
+        }
+    }
+}
+
 // === impl RedisPermit ===
 
 impl RedisPermit {
-    pub(crate) fn new(tool: Option<Arc<str>>, held: Held, waited: Duration) -> Self {
-        // Inside an engine, the engine counts the call in flight itself.
-        let metered = !matches!(&held, Held::Remote { gate, .. } if gate.embedded);
-        if let Some(t) = tool.as_ref().filter(|_| metered) {
-            metrics::gauge!("toolgate_in_flight", "tool" => t.clone()).increment(1.0);
-        }
+    pub(crate) fn new(held: Held, waited: Duration) -> Self {
         Self {
-            tool,
             held,
             waited,
             done: false,
-            metered,
         }
     }
 
-    /// Leaves the metrics to the engine that owns the permit.
-    pub(crate) fn unmetered(mut self) -> Self {
-        self.leave();
-        self.metered = false;
-        self
-    }
-
-    pub(crate) fn with_waited(mut self, waited: Duration, meter: bool) -> Self {
-        if let Some(t) = self.tool.as_ref().filter(|_| meter) {
-            metrics::histogram!("toolgate_wait_seconds", "tool" => t.clone())
-                .record(waited.as_secs_f64());
-        }
+    pub(crate) fn with_waited(mut self, waited: Duration) -> Self {
         self.waited = waited;
         self
     }
 
-    /// The tool's name, or `None` for a tool without a policy.
-    pub fn tool(&self) -> Option<&str> {
-        self.tool.as_deref()
-    }
-
     /// How long the call waited for admission.
-    pub fn waited(&self) -> Duration {
+    pub(crate) fn waited(&self) -> Duration {
         self.waited
     }
 
     /// Who decided the admission.
-    pub fn source(&self) -> Source {
+    pub(crate) fn source(&self) -> Source {
         match self.held {
             Held::Remote { .. } => Source::Redis,
             Held::Local(_) => Source::Local,
@@ -153,9 +169,8 @@ impl RedisPermit {
     ///
     /// When Redis did not answer: the leases then expire after the lease TTL and the
     /// token difference is not applied.
-    pub async fn complete(mut self, completion: Completion) -> Result<(), StoreError> {
+    pub(crate) async fn complete(mut self, completion: Completion) -> Result<(), StoreError> {
         self.done = true;
-        self.leave();
         match std::mem::replace(&mut self.held, Held::Unaccounted) {
             Held::Remote {
                 gate,
@@ -176,11 +191,9 @@ impl RedisPermit {
             Held::Granted | Held::Unaccounted => Ok(()),
         }
     }
-}
 
-impl RedisPermit {
     /// Gives back what admission charged, for a call that never ran (an unused part
-    /// of a reservation made with [`crate::RedisGate::try_admit_all`]): concurrency
+    /// of a reservation made with [`Gate::admit_all`]): concurrency
     /// leases are released, request and token buckets refunded (never above full)
     /// and sliding-window entries removed, in one round trip. Permits of single
     /// admissions keep only their leases, so for them this is like dropping.
@@ -189,9 +202,8 @@ impl RedisPermit {
     ///
     /// When Redis did not answer: leases then expire after the lease TTL, and the
     /// rate charges stay until they refill.
-    pub async fn cancel(mut self) -> Result<(), StoreError> {
+    pub(crate) async fn cancel(mut self) -> Result<(), StoreError> {
         self.done = true;
-        self.leave();
         match std::mem::replace(&mut self.held, Held::Unaccounted) {
             Held::Remote {
                 gate,
@@ -207,13 +219,6 @@ impl RedisPermit {
                 Ok(())
             }
             Held::Granted | Held::Unaccounted => Ok(()),
-        }
-    }
-
-    /// The call is no longer in flight.
-    fn leave(&self) {
-        if let Some(t) = self.tool.as_ref().filter(|_| self.metered) {
-            metrics::gauge!("toolgate_in_flight", "tool" => t.clone()).decrement(1.0);
         }
     }
 }
@@ -245,7 +250,6 @@ impl Drop for RedisPermit {
         if self.done {
             return;
         }
-        self.leave();
         if let Held::Remote { gate, leases, .. } = &mut self.held {
             if !leases.is_empty() {
                 gate.release_in_background(std::mem::take(leases));
@@ -257,7 +261,6 @@ impl Drop for RedisPermit {
 impl fmt::Debug for RedisPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisPermit")
-            .field("tool", &self.tool)
             .field("source", &self.source())
             .field("waited", &self.waited)
             .finish_non_exhaustive()

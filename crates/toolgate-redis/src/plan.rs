@@ -4,38 +4,36 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate::{Reason, Rejection};
+use toolgate::{Call, Reason, Rejection};
 
-use crate::call::CallInfo;
 use crate::keys::partition_key;
 use crate::permit::Op;
-use crate::quota::{Params, RQuota, RTool};
+use crate::quota::{Params, Quota, Tool};
 
 /// One quota of a call, with its key and cost.
 #[derive(Debug, Clone)]
 pub(crate) struct Step {
-    pub(crate) quota: Arc<RQuota>,
+    pub(crate) quota: Arc<Quota>,
     pub(crate) key: String,
     pub(crate) cost: u64,
 }
 
 /// The quotas of `call` on `tool`, with keys and costs.
-pub(crate) fn plan(tool: &RTool, info: &CallInfo) -> Result<Vec<Step>, Rejection> {
+pub(crate) fn plan(tool: &Tool, call: &Call<'_>) -> Result<Vec<Step>, Rejection> {
     let mut steps = Vec::with_capacity(tool.quotas.len());
     for q in &tool.quotas {
-        let cost = q.cost(info.count, info.tokens);
-        if cost > q.params.capacity() {
+        let cost = q.spec.cost(call);
+        if cost > q.spec.capacity() {
             return Err(Rejection::new(
                 &*tool.name,
-                &*q.path,
+                &*q.spec.path,
                 Reason::CostExceedsCapacity,
                 None,
             ));
         }
-        let key = if q.partitioned {
-            partition_key(&q.key, info.tenant.as_deref().unwrap_or(""))
-        } else {
-            q.key.clone()
+        let key = match q.spec.partition {
+            Some(_) => partition_key(&q.key, call.tenant_id().unwrap_or("")),
+            None => q.key.clone(),
         };
         steps.push(Step {
             quota: q.clone(),
@@ -67,7 +65,7 @@ pub(crate) fn merge(plans: &[Vec<Step>]) -> Vec<Step> {
 pub(crate) fn reservation_ops(steps: &[Step], id: &Arc<str>, at: i64, shadow_ok: bool) -> Vec<Op> {
     live(steps)
         .into_iter()
-        .filter(|s| !s.quota.shadow || shadow_ok)
+        .filter(|s| !s.quota.spec.is_shadow() || shadow_ok)
         .map(|s| match s.quota.params {
             Params::Bucket { pq, pr, den, burst } => Op::Bucket {
                 key: s.key.clone(),
@@ -87,12 +85,13 @@ pub(crate) fn reservation_ops(steps: &[Step], id: &Arc<str>, at: i64, shadow_ok:
         .collect()
 }
 
-pub(crate) fn denial(tool: &Arc<str>, quota: &RQuota, code: i64, retry_us: i64) -> Rejection {
+/// The rejection the script's denial `code` on `quota` means.
+pub(crate) fn denial(tool: &Arc<str>, quota: &Quota, code: i64, retry_us: i64) -> Rejection {
     let retry = Some(Duration::from_micros(u64::try_from(retry_us).unwrap_or(0)));
     let (reason, retry) = match code {
         2 => (Reason::ConcurrencyLimited, None),
         3 => (Reason::MaxWaitExceeded, retry),
-        _ => (quota.reason(), retry),
+        _ => (quota.spec.reason(), retry),
     };
-    Rejection::new(tool.clone(), &*quota.path, reason, retry)
+    Rejection::new(tool.clone(), &*quota.spec.path, reason, retry)
 }

@@ -1,5 +1,8 @@
-//! The policy compiled for Redis: each quota's key, kind and the integer parameters
-//! the admission script works with, checked for exactness in Lua's doubles.
+//! The policy compiled for Redis: each quota the core resolves for a tool
+//! ([`toolgate::compile::tool_quotas`]), with the key it lives under and the integer
+//! parameters the admission script works with, checked for exactness in Lua's
+//! doubles. Which quotas a tool has, in which order, what a call costs on each and
+//! which reason a refusal gives are the core's answers, not restated here.
 //!
 //! Why a fraction: the core's GCRA scales time by the rate's count so that one token
 //! is a whole number of units. Redis' clock is in microseconds and Lua numbers are
@@ -13,8 +16,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate::config::{Config, Mode, OnLimit, QuotaConfig, Rate, UnknownTools, Window};
-use toolgate::Reason;
+use toolgate::compile::{tool_quotas, Limit, QuotaSpec};
+use toolgate::config::{Config, OnLimit, Rate, UnknownTools};
 
 use crate::error::StoreError;
 use crate::keys::{quota_key, SlotGroups};
@@ -38,31 +41,22 @@ pub(crate) enum Params {
     Concurrency { limit: u64 },
 }
 
-/// Which part of a call a quota is charged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CostOf {
-    Requests,
-    Tokens,
-}
-
-/// One quota of the policy.
+/// One quota as Redis keeps it: the core's resolution, its key and its script
+/// parameters.
 #[derive(Debug)]
-pub(crate) struct RQuota {
-    pub(crate) path: Arc<str>,
+pub(crate) struct Quota {
+    pub(crate) spec: QuotaSpec,
     pub(crate) params: Params,
-    pub(crate) cost_of: CostOf,
-    pub(crate) shadow: bool,
-    pub(crate) partitioned: bool,
     /// The key, without a tenant suffix.
     pub(crate) key: String,
 }
 
-/// A tool as the gate runs it.
+/// A tool as the store runs it.
 #[derive(Debug)]
-pub(crate) struct RTool {
+pub(crate) struct Tool {
     pub(crate) name: Arc<str>,
-    /// The tool's own quotas, then those of its pools.
-    pub(crate) quotas: Vec<Arc<RQuota>>,
+    /// Its quotas, in the core's order.
+    pub(crate) quotas: Vec<Arc<Quota>>,
     pub(crate) on_limit: OnLimit,
     pub(crate) max_wait: Duration,
     pub(crate) queue_limit: usize,
@@ -73,9 +67,8 @@ pub(crate) struct RTool {
 /// The compiled policy.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub(crate) tools: BTreeMap<String, Arc<RTool>>,
+    pub(crate) tools: BTreeMap<String, Arc<Tool>>,
     pub(crate) unknown: UnknownTools,
-    pub(crate) groups: usize,
 }
 
 // === impl Params ===
@@ -145,34 +138,36 @@ impl Params {
             Self::Concurrency { limit } => [limit, 0, 0, 0],
         }
     }
-
-    /// The most one admission can cost.
-    pub(crate) fn capacity(&self) -> u64 {
-        match *self {
-            Self::Bucket { burst, .. } => burst,
-            Self::Sliding { limit, .. } | Self::Concurrency { limit } => limit,
-        }
-    }
 }
 
-// === impl RQuota ===
+// === impl Quota ===
 
-impl RQuota {
-    /// The reason given when this quota says no.
-    pub(crate) fn reason(&self) -> Reason {
-        match (self.params, self.cost_of) {
-            (Params::Concurrency { .. }, _) => Reason::ConcurrencyLimited,
-            (_, CostOf::Tokens) => Reason::TokensLimited,
-            _ => Reason::RateLimited,
-        }
-    }
-
-    /// The cost of `call` here.
-    pub(crate) fn cost(&self, count: u64, tokens: u64) -> u64 {
-        match self.cost_of {
-            CostOf::Requests => count,
-            CostOf::Tokens => tokens,
-        }
+impl Quota {
+    /// `spec` under `key_prefix`, in the slot group tagged `tag`.
+    ///
+    /// # Errors
+    ///
+    /// When the quota cannot be computed exactly in Redis, or is of a kind this store
+    /// does not know.
+    fn new(spec: QuotaSpec, key_prefix: &str, tag: &str) -> Result<Self, StoreError> {
+        let params = match spec.limit {
+            Limit::Bucket { rate, burst } => Params::bucket(&spec.path, rate, burst)?,
+            Limit::Sliding { rate } => Params::sliding(rate),
+            Limit::Concurrency { limit } => Params::Concurrency {
+                limit: u64::from(limit),
+            },
+            other => {
+                return Err(StoreError::Config {
+                    key: "policy",
+                    message: format!("{}: {other:?} cannot run on Redis", spec.path),
+                })
+            }
+        };
+        Ok(Self {
+            key: quota_key(key_prefix, tag, params.kind(), &spec.path),
+            spec,
+            params,
+        })
     }
 }
 
@@ -186,88 +181,34 @@ impl Compiled {
     /// Every quota that cannot be computed exactly in Redis (the first one found).
     pub(crate) fn new(config: &Config, prefix: &str) -> Result<Self, StoreError> {
         let groups = SlotGroups::new(config);
-        let mut pools = BTreeMap::new();
-        for (name, q) in &config.pools {
-            let tag = groups.pool(name);
-            let list = quotas(&format!("pools.{name}"), q, config.mode, prefix, tag)?;
-            pools.insert(name.clone(), list);
-        }
         let mut tools = BTreeMap::new();
         for (name, t) in &config.tools {
-            let tag = groups.tool(name);
-            let mut list = quotas(&format!("tools.{name}"), &t.quota, config.mode, prefix, tag)?;
-            let mut seen: Vec<&String> = Vec::new();
-            for pool in &t.pools {
-                if !seen.contains(&pool) {
-                    seen.push(pool);
-                    list.extend(pools.get(pool).into_iter().flatten().cloned());
-                }
-            }
-            tools.insert(
-                name.clone(),
-                Arc::new(RTool {
-                    name: name.as_str().into(),
-                    quotas: list,
-                    on_limit: t.on_limit,
-                    max_wait: t.max_wait,
-                    queue_limit: t.queue_limit,
-                    waiting: AtomicUsize::new(0),
-                }),
-            );
+            let quotas = tool_quotas(config, name)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|spec| {
+                    let tag = match &spec.pool {
+                        Some(pool) => groups.pool(pool),
+                        None => groups.tool(name),
+                    };
+                    Quota::new(spec, prefix, tag).map(Arc::new)
+                })
+                .collect::<Result<_, _>>()?;
+            let tool = Tool {
+                name: name.as_str().into(),
+                quotas,
+                on_limit: t.on_limit,
+                max_wait: t.max_wait,
+                queue_limit: t.queue_limit,
+                waiting: AtomicUsize::new(0),
+            };
+            tools.insert(name.clone(), Arc::new(tool));
         }
         Ok(Self {
             tools,
             unknown: config.unknown_tools,
-            groups: groups.count(),
         })
     }
-}
-
-/// The quotas of one tool or pool table.
-fn quotas(
-    prefix_path: &str,
-    q: &QuotaConfig,
-    mode: Mode,
-    key_prefix: &str,
-    tag: &str,
-) -> Result<Vec<Arc<RQuota>>, StoreError> {
-    let shadow = q.mode.unwrap_or(mode) == Mode::Shadow;
-    let partitioned = q.partition.is_some();
-    let mut out = Vec::new();
-    let mut push = |key: &str, params: Params, cost_of: CostOf| {
-        let path = format!("{prefix_path}.{key}");
-        out.push(Arc::new(RQuota {
-            key: quota_key(key_prefix, tag, params.kind(), &path),
-            path: path.into(),
-            params,
-            cost_of,
-            shadow,
-            partitioned,
-        }));
-    };
-    if let Some(rate) = q.rate {
-        let params = match q.window {
-            Window::Sliding => Params::sliding(rate),
-            _ => Params::bucket(
-                &format!("{prefix_path}.rate"),
-                rate,
-                q.burst.unwrap_or(rate.count()),
-            )?,
-        };
-        push("rate", params, CostOf::Requests);
-    }
-    if let Some(tokens) = q.tokens {
-        let burst = q.tokens_burst.unwrap_or(tokens.count());
-        let params = Params::bucket(&format!("{prefix_path}.tokens"), tokens, burst)?;
-        push("tokens", params, CostOf::Tokens);
-    }
-    if let Some(limit) = q.concurrency {
-        let params = Params::Concurrency {
-            limit: u64::from(limit),
-        };
-        push("concurrency", params, CostOf::Requests);
-    }
-    Ok(out)
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {

@@ -6,7 +6,7 @@ use crate::error::StoreError;
 use crate::permit::Op;
 use crate::plan::{live, Step};
 use crate::quota::Params;
-use crate::store::Inner;
+use crate::store::Gate;
 
 /// The admission script's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +24,9 @@ pub(crate) enum Reply {
     },
 }
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
+impl Gate {
     /// The script's time argument: Redis' clock unless a test clock is set.
     pub(crate) fn now_arg(&self) -> String {
         self.clock
@@ -54,7 +54,7 @@ impl Inner {
         // script: the same arguments and replies, less work for Redis.
         let one_bucket = matches!(
             live.as_slice(),
-            [s] if !s.quota.shadow && matches!(s.quota.params, Params::Bucket { .. })
+            [s] if !s.quota.spec.is_shadow() && matches!(s.quota.params, Params::Bucket { .. })
         ) && max_wait_us < 0;
         let script = if one_bucket {
             &self.admit_bucket_script
@@ -71,7 +71,7 @@ impl Inner {
             let [a, b, c, d] = s.quota.params.args();
             inv.key(&s.key)
                 .arg(s.quota.params.kind().to_string())
-                .arg(u8::from(s.quota.shadow))
+                .arg(u8::from(s.quota.spec.is_shadow()))
                 .arg(s.cost)
                 .arg(a)
                 .arg(b)

@@ -1,10 +1,12 @@
-//! [`RedisGate`]: admission against quotas kept in Redis, shared by every process
-//! that uses the same Redis and key prefix.
+//! The gate of the Redis store: admission against quotas kept in Redis, shared by
+//! every process that uses the same Redis and key prefix. Crate-internal: the one
+//! public door is the engine on it ([`crate::engine`], [`crate::RedisStore`]).
 //!
-//! One admission is one round trip: the call's quotas (tool, pools, tokens, tenant
-//! partitions) are resolved here, then `scripts/admit.lua` checks and charges all of
-//! them atomically on the server, on the server's clock. The answers are the core's
-//! values ([`Rejection`], [`Reason`]), computed by the same rules.
+//! One admission is one round trip: the call's quotas (as the core resolves them,
+//! with their keys and tenant partitions) are planned here, then `scripts/admit.lua`
+//! checks and charges all of them atomically on the server, on the server's clock.
+//! The answers are the core's values ([`Rejection`], [`toolgate::Reason`]),
+//! computed by the same rules.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,43 +16,24 @@ use redis::Script;
 use toolgate::config::{OnLimit, OnStoreError, StoreConfig, UnknownTools, MAX_WAIT_LIMIT};
 use toolgate::{Call, Clock, Engine, Policy, Reason, Rejection};
 
-use crate::call::CallInfo;
 use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::fallback::fallback_engine;
 use crate::grant::Grants;
 use crate::ids::Ids;
-use crate::lease::{LeaseTtl, DEFAULT_LEASE_TTL};
+use crate::lease::LeaseTtl;
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
-use crate::quota::{Compiled, RTool};
+use crate::quota::{Compiled, Tool};
 use crate::script::Reply;
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 
-/// Admission control on quotas shared through Redis.
-///
-/// Cheap to clone. Mirrors [`toolgate::Engine`]: [`RedisGate::try_admit`] never
-/// waits, [`RedisGate::admit`] waits as the tool's `on_limit` says,
-/// [`RedisGate::try_admit_all`] admits a plan all-or-nothing.
-#[derive(Debug, Clone)]
-pub struct RedisGate {
-    inner: Arc<Inner>,
-}
-
-/// Options of a [`RedisGate`] beyond the `[store]` section.
-#[derive(Debug)]
-#[must_use = "a builder does nothing until `connect`ed"]
-pub struct Builder {
-    policy: Policy,
-    store: StoreConfig,
-    lease_ttl: Duration,
-    clock: Option<Arc<dyn Clock>>,
-    embedded: bool,
-}
-
-pub(crate) struct Inner {
+/// Admission on quotas shared through Redis, for one policy. Shared (`Arc`) by the
+/// store and by the permits it hands out; a reload derives a new gate on the same
+/// connection ([`Gate::reconfigured`]).
+pub(crate) struct Gate {
     pub(crate) conn: Conn,
     pub(crate) compiled: Compiled,
     pub(crate) policy: Policy,
@@ -71,76 +54,38 @@ pub(crate) struct Inner {
     pub(crate) grants: Option<Grants>,
     /// The `[store]` section the gate was built from (for reloads).
     pub(crate) store: StoreConfig,
-    /// Inside an engine (`toolgate::Engine::with_store`), which counts decisions in
-    /// its own metrics: the gate then does not count them again.
-    pub(crate) embedded: bool,
 }
 
-// === impl Builder ===
+// === impl Gate ===
 
-impl Builder {
-    /// How long a concurrency lease lives unless released (default 60 s, clamped to
-    /// [`crate::MIN_LEASE_TTL`]..=[`crate::MAX_LEASE_TTL`]): a crashed process's
-    /// in-flight calls are released after it, and a call that runs longer loses its
-    /// slot. [`RedisGate::set_lease_ttl`] changes it later.
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = ttl;
-        self
-    }
-
-    /// Replaces Redis' clock by `clock` (whole µs of it): for deterministic tests
-    /// only. Every process sharing the quotas must then use the same clock.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    pub(crate) fn clock_ref(&self) -> Option<&Arc<dyn Clock>> {
-        self.clock.as_ref()
-    }
-
-    /// Marks the gate as the store of an engine, which counts decisions itself.
-    pub(crate) fn embedded(mut self) -> Self {
-        self.embedded = true;
-        self
-    }
-
-    /// Connects. A single server is connected lazily, so the gate starts even while
-    /// Redis is down (calls then take the `on_store_error` path).
+impl Gate {
+    /// Connects to the Redis of `store` for `policy`. A single server is connected
+    /// lazily, so the gate starts even while Redis is down (calls then take the
+    /// `on_store_error` path). `clock` replaces Redis' clock (tests only).
     ///
     /// # Errors
     ///
     /// When the URL is not a Redis URL, the key prefix contains a brace, a quota
     /// cannot be computed exactly in Redis ([`StoreError::Precision`]), or a cluster
     /// cannot be reached.
-    pub async fn connect(self) -> Result<RedisGate, StoreError> {
-        let store = self.store;
-        if store.key_prefix.contains(['{', '}']) {
-            return Err(StoreError::Config {
-                key: "key_prefix",
-                message: format!(
-                    "{:?}: must not contain '{{' or '}}' (they would override the hash tags)",
-                    store.key_prefix
-                ),
-            });
-        }
-        if !store.url.starts_with("redis://") && !store.url.starts_with("rediss://") {
-            return Err(StoreError::Config {
-                key: "url",
-                message: format!("{:?}: expected a redis:// URL", store.url),
-            });
-        }
-        let compiled = Compiled::new(self.policy.config(), &store.key_prefix)?;
-        let fallback = fallback_engine(&store, &self.policy, self.clock.as_ref())?;
+    pub(crate) async fn connect(
+        policy: Policy,
+        store: StoreConfig,
+        lease_ttl: Duration,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Result<Self, StoreError> {
+        check(&store)?;
+        let compiled = Compiled::new(policy.config(), &store.key_prefix)?;
+        let fallback = fallback_engine(&store, &policy, clock.as_ref())?;
         let conn = Conn::connect(&store.url, store.timeout).await?;
-        let inner = Inner {
+        Ok(Self {
             conn,
             compiled,
-            policy: self.policy,
+            policy,
             timeout: store.timeout,
             on_error: store.on_store_error,
-            lease_ttl: LeaseTtl::new(self.lease_ttl),
-            clock: self.clock,
+            lease_ttl: LeaseTtl::new(lease_ttl),
+            clock,
             fallback,
             down: AtomicBool::new(false),
             probing: AtomicBool::new(false),
@@ -151,103 +96,47 @@ impl Builder {
             handle: tokio::runtime::Handle::current(),
             grants: Grants::new(store.local_grant),
             store,
-            embedded: self.embedded,
-        };
-        Ok(RedisGate {
-            inner: Arc::new(inner),
         })
-    }
-}
-
-// === impl RedisGate ===
-
-impl RedisGate {
-    /// Connects to the Redis of `store` with the default options.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect`].
-    pub async fn connect(policy: Policy, store: &StoreConfig) -> Result<Self, StoreError> {
-        Self::builder(policy, store.clone()).connect().await
-    }
-
-    /// A builder, for options beyond `[store]`.
-    pub fn builder(policy: Policy, store: StoreConfig) -> Builder {
-        Builder {
-            policy,
-            store,
-            lease_ttl: DEFAULT_LEASE_TTL,
-            clock: None,
-            embedded: false,
-        }
     }
 
     /// The policy in force.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
-    }
-
-    /// The same gate (connection, key prefix, options) on a new policy. Quota state
-    /// is in Redis, so an unchanged quota keeps it.
-    ///
-    /// # Errors
-    ///
-    /// When a quota cannot be computed exactly in Redis.
-    pub fn reconfigured(&self, policy: Policy) -> Result<Self, StoreError> {
-        Ok(Self {
-            inner: Arc::new(self.inner.reconfigured(policy)?),
-        })
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Sets how long concurrency leases admitted from now on live in Redis unless
-    /// released (clamped as [`Builder::lease_ttl`]); leases already held keep theirs.
-    /// The gates [`RedisGate::reconfigured`] derives from this one share the setting.
-    /// Set it at least as long as a call may hold its slot: the gateway sets its
-    /// longest lease TTL plus a margin, at start and on every reload.
-    pub fn set_lease_ttl(&self, ttl: Duration) {
-        self.inner.lease_ttl.set(ttl);
-    }
-
-    /// Whether Redis is currently considered unreachable (calls take the
-    /// `on_store_error` path until a probe succeeds).
-    pub fn is_degraded(&self) -> bool {
-        self.inner.down.load(Ordering::Acquire)
-    }
-
-    /// How many Redis Cluster slot groups the policy's quotas form.
-    pub fn slot_groups(&self) -> usize {
-        self.inner.compiled.groups
+    /// released (clamped as [`crate::Builder::lease_ttl`]); leases already held keep
+    /// theirs. The gates [`Gate::reconfigured`] derives from this one share the
+    /// setting.
+    pub(crate) fn set_lease_ttl(&self, ttl: Duration) {
+        self.lease_ttl.set(ttl);
     }
 
     /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.
     /// One round trip to Redis, never longer than the store's `timeout` (none at all
     /// when served from a local grant, see `local_grant` in `docs/redis.md`).
     ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future after the request was sent may leave the admission charged
-    /// in Redis without a permit: rate charges refill and concurrency leases expire
-    /// after the lease TTL.
+    /// Dropping the future after the request was sent may leave the admission
+    /// charged in Redis without a permit: rate charges refill and concurrency leases
+    /// expire after the lease TTL.
     ///
     /// # Errors
     ///
     /// A [`Rejection`] naming the quota that said no; nothing was charged anywhere.
-    /// When Redis does not answer: under `fail_closed`, a rejection by the quota
-    /// `store` with reason `circuit_open`; under `local`, the fallback's decision.
-    pub async fn try_admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
-        let g = &self.inner;
-        let Some((tool, info)) = g.resolve(call)? else {
-            return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
+    /// When Redis does not answer: under `fail_closed`,
+    /// [`Rejection::store_unavailable`]; under `local`, the fallback's decision.
+    pub(crate) async fn admit_now(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+    ) -> Result<RedisPermit, Rejection> {
+        let Some(tool) = self.resolve(call)? else {
+            return Ok(RedisPermit::new(Held::Unaccounted, Duration::ZERO));
         };
-        let steps = plan(&tool, &info)?;
-        if let Some(p) = g.try_grant(&tool, &steps, info.count).await {
-            let result = Ok(p);
-            g.record(&tool.name, &result);
-            return result;
+        let steps = plan(&tool, call)?;
+        if let Some(p) = self.try_grant(&steps, call.request_count()).await {
+            return Ok(p);
         }
-        let result = g.decide(&tool, call, &steps, -1, false).await;
-        g.record(&tool.name, &result);
-        result
+        self.decide(&tool, call, &steps, -1, false).await
     }
 
     /// Admits `call`, waiting when the tool's `on_limit` is `"wait"` or the call sets
@@ -262,53 +151,29 @@ impl RedisGate {
     /// then is rejected with `concurrency_limited` (no FIFO among those).
     /// `queue_limit` counts the waiters of this process.
     ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe as far as a network allows: dropping the future while it sleeps
-    /// gives its reservation back in a spawned round trip (bucket tokens refunded,
-    /// sliding entries and leases removed). Waiters behind it keep their reserved
-    /// times (they do not move up, unlike in-process).
+    /// Dropping the future while it sleeps gives its reservation back in a spawned
+    /// round trip (bucket tokens refunded, sliding entries and leases removed).
+    /// Waiters behind it keep their reserved times (they do not move up, unlike
+    /// in-process).
     ///
     /// # Errors
     ///
     /// A [`Rejection`]; nothing was charged.
-    pub async fn admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
-        let g = &self.inner;
-        let Some((tool, info)) = g.resolve(call)? else {
-            return Ok(RedisPermit::new(None, Held::Unaccounted, Duration::ZERO));
+    pub(crate) async fn admit(self: &Arc<Self>, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
+        let Some(tool) = self.resolve(call)? else {
+            return Ok(RedisPermit::new(Held::Unaccounted, Duration::ZERO));
         };
-        let steps = plan(&tool, &info)?;
-        let waits = tool.on_limit == OnLimit::Wait || info.max_wait.is_some();
-        let result = if waits {
+        let steps = plan(&tool, call)?;
+        if tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some() {
             let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
-            g.wait(&tool, call, &steps, max_wait).await
+            self.wait(&tool, call, &steps, max_wait).await
         } else {
-            g.decide(&tool, call, &steps, -1, false).await
-        };
-        g.record(&tool.name, &result);
-        result
+            self.decide(&tool, call, &steps, -1, false).await
+        }
     }
 
-    /// Admits every call or none (a multi-step plan) in one round trip: quotas
-    /// shared by several calls are charged with their sum. Never waits. In a Redis
-    /// Cluster, the calls' tools must share one slot group.
-    ///
-    /// # Errors
-    ///
-    /// The rejection of the first quota that cannot fit; nothing was charged.
-    pub async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<RedisPermit>, Rejection> {
-        self.inner.admit_all(calls).await
-    }
-}
-
-// === impl Inner ===
-
-impl Inner {
-    /// The tool and fields of `call`; `None` for an unknown tool that is allowed.
-    pub(crate) fn resolve(
-        &self,
-        call: &Call<'_>,
-    ) -> Result<Option<(Arc<RTool>, CallInfo)>, Rejection> {
+    /// The tool of `call`; `None` for an unknown tool that is allowed.
+    pub(crate) fn resolve(&self, call: &Call<'_>) -> Result<Option<Arc<Tool>>, Rejection> {
         let Some(tool) = self.compiled.tools.get(call.tool_name()) else {
             return match self.compiled.unknown {
                 UnknownTools::Deny => Err(Rejection::new(
@@ -320,14 +185,14 @@ impl Inner {
                 _ => Ok(None),
             };
         };
-        Ok(Some((tool.clone(), CallInfo::read(call))))
+        Ok(Some(tool.clone()))
     }
 
     /// One decision round trip (`max_wait_us` < 0: now or never), or the
     /// `on_store_error` path.
     pub(crate) async fn decide(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
+        tool: &Arc<Tool>,
         call: &Call<'_>,
         steps: &[Step],
         max_wait_us: i64,
@@ -351,12 +216,7 @@ impl Inner {
                 let permit = permits.pop().flatten();
                 match permit {
                     Some(p) => self.sleep_out(p, steps, &id, reply).await,
-                    None => Err(Rejection::new(
-                        &*tool.name,
-                        "store",
-                        Reason::CircuitOpen,
-                        None,
-                    )),
+                    None => Err(Rejection::store_unavailable(tool.name.clone())),
                 }
             }
             Err(e) => {
@@ -369,15 +229,12 @@ impl Inner {
     /// The decision when Redis does not answer.
     pub(crate) async fn degraded(
         &self,
-        tool: &RTool,
+        tool: &Tool,
         call: &Call<'_>,
         wait: bool,
     ) -> Result<RedisPermit, Rejection> {
-        let name = Some(tool.name.clone());
         match (self.on_error, &self.fallback) {
-            (OnStoreError::FailOpen, _) => {
-                Ok(RedisPermit::new(name, Held::Unaccounted, Duration::ZERO))
-            }
+            (OnStoreError::FailOpen, _) => Ok(RedisPermit::new(Held::Unaccounted, Duration::ZERO)),
             (OnStoreError::Local, Some(engine)) => {
                 let p = if wait {
                     engine.admit(call).await?
@@ -385,14 +242,9 @@ impl Inner {
                     engine.try_admit(call)?
                 };
                 let waited = p.waited();
-                Ok(RedisPermit::new(name, Held::Local(p), waited))
+                Ok(RedisPermit::new(Held::Local(p), waited))
             }
-            _ => Err(Rejection::new(
-                &*tool.name,
-                "store",
-                Reason::CircuitOpen,
-                None,
-            )),
+            _ => Err(Rejection::store_unavailable(tool.name.clone())),
         }
     }
 
@@ -431,9 +283,9 @@ impl Inner {
     }
 }
 
-impl std::fmt::Debug for Inner {
+impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisGate")
+        f.debug_struct("Gate")
             .field("conn", &self.conn)
             .field("timeout", &self.timeout)
             .field("on_store_error", &self.on_error)
@@ -442,16 +294,14 @@ impl std::fmt::Debug for Inner {
     }
 }
 
-impl Inner {
-    fn record(&self, tool: &str, result: &Result<RedisPermit, Rejection>) {
-        if !self.embedded {
-            record(tool, result);
-        }
-    }
-
+impl Gate {
     /// The same gate on a new policy: the connection, scripts and ids are shared,
     /// the quotas recompiled (their state is in Redis, under the same keys while a
     /// quota's definition is unchanged).
+    ///
+    /// # Errors
+    ///
+    /// When a quota of `policy` cannot be computed exactly in Redis.
     pub(crate) fn reconfigured(&self, policy: Policy) -> Result<Self, StoreError> {
         let store = &self.store;
         let compiled = Compiled::new(policy.config(), &store.key_prefix)?;
@@ -474,22 +324,27 @@ impl Inner {
             handle: self.handle.clone(),
             grants: Grants::new(store.local_grant),
             store: store.clone(),
-            embedded: self.embedded,
         })
     }
 }
 
-fn record(tool: &str, result: &Result<RedisPermit, Rejection>) {
-    let (decision, reason) = match result {
-        Ok(_) => ("admitted", ""),
-        Err(r) => ("rejected", r.reason().as_str()),
-    };
-    tracing::debug!(tool, decision, reason, "admission decision");
-    metrics::counter!(
-        "toolgate_admissions_total",
-        "tool" => tool.to_string(),
-        "decision" => decision,
-        "reason" => reason
-    )
-    .increment(1);
+/// Refuses a `[store]` section Redis cannot be used with: a key prefix with a brace
+/// (it would override the hash tags) or a URL that is not `redis://` or `rediss://`.
+fn check(store: &StoreConfig) -> Result<(), StoreError> {
+    if store.key_prefix.contains(['{', '}']) {
+        return Err(StoreError::Config {
+            key: "key_prefix",
+            message: format!(
+                "{:?}: must not contain '{{' or '}}' (they would override the hash tags)",
+                store.key_prefix
+            ),
+        });
+    }
+    if !store.url.starts_with("redis://") && !store.url.starts_with("rediss://") {
+        return Err(StoreError::Config {
+            key: "url",
+            message: format!("{:?}: expected a redis:// URL", store.url),
+        });
+    }
+    Ok(())
 }

@@ -9,27 +9,27 @@ use toolgate::{Call, Reason, Rejection};
 
 use crate::permit::{Op, RedisPermit};
 use crate::plan::{reservation_ops, Step};
-use crate::quota::RTool;
+use crate::quota::Tool;
 use crate::script::Reply;
-use crate::store::Inner;
+use crate::store::Gate;
 
 /// A waiter of this process; counts against the tool's `queue_limit`.
-struct QueueSlot(Arc<RTool>);
+struct QueueSlot(Arc<Tool>);
 
 /// Gives back a reservation unless disarmed: a waiter that leaves early.
 struct CancelGuard {
-    gate: Arc<Inner>,
+    gate: Arc<Gate>,
     ops: Vec<Op>,
     armed: bool,
 }
 
-// === impl Inner ===
+// === impl Gate ===
 
-impl Inner {
-    /// The wait path of [`RedisGate::admit`].
+impl Gate {
+    /// The wait path of [`Gate::admit`].
     pub(crate) async fn wait(
         self: &Arc<Self>,
-        tool: &Arc<RTool>,
+        tool: &Arc<Tool>,
         call: &Call<'_>,
         steps: &[Step],
         max_wait: Duration,
@@ -55,7 +55,7 @@ impl Inner {
                     polled = true;
                 }
                 // Time spent polling for a concurrency slot counts as waiting too.
-                Ok(p) if polled => return Ok(p.with_waited(start.elapsed(), !self.embedded)),
+                Ok(p) if polled => return Ok(p.with_waited(start.elapsed())),
                 other => return other,
             }
         }
@@ -93,14 +93,14 @@ impl Inner {
             None => tokio::time::sleep(waited).await,
         }
         guard.armed = false;
-        Ok(permit.with_waited(waited, !self.embedded))
+        Ok(permit.with_waited(waited))
     }
 }
 
 // === impl QueueSlot ===
 
 impl QueueSlot {
-    fn enter(tool: &Arc<RTool>) -> Option<Self> {
+    fn enter(tool: &Arc<Tool>) -> Option<Self> {
         let prev = tool.waiting.fetch_add(1, Ordering::AcqRel);
         if prev >= tool.queue_limit {
             tool.waiting.fetch_sub(1, Ordering::AcqRel);

@@ -707,7 +707,7 @@ impl Engine {
             tool = call.tool,
             "try_admit cannot ask a shared store; use admit_now or admit_all"
         );
-        let r = Rejection::new(tool.name.clone(), "store", Reason::CircuitOpen, None);
+        let r = Rejection::store_unavailable(tool.name.clone());
         tool.stats.on_reject(&r, call.tenant);
         r
     }

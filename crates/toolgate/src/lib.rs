@@ -75,6 +75,7 @@ mod adaptive;
 mod admission;
 mod circuit;
 mod clock;
+pub mod compile;
 pub mod config;
 mod engine;
 mod gates;

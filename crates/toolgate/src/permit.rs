@@ -171,6 +171,13 @@ impl Permit {
         Duration::from_nanos(self.extra.as_ref().map_or(0, |e| e.waited))
     }
 
+    /// Who decided the admission in a shared store ([`StoreLease::source`], such
+    /// as `"redis"`), or `None` when this process decided alone: an engine without
+    /// a store, or a tool without a policy.
+    pub fn store_source(&self) -> Option<&'static str> {
+        self.extra.as_ref()?.lease.as_ref().map(|l| l.source())
+    }
+
     /// Ends the call: releases concurrency, reconciles tokens and records the outcome.
     pub fn complete(mut self, completion: Completion) {
         self.finish(Some(completion));

@@ -13,11 +13,12 @@ use std::time::Duration;
 use hashbrown::HashMap;
 
 use crate::clock::Nanos;
-use crate::config::{Config, ConfigErrors, QuotaConfig, ToolConfig};
+use crate::compile::{pool_quotas, tool_quotas, Limit, QuotaSpec};
+use crate::config::{Config, ConfigErrors, ToolConfig};
 use crate::engine::Core;
 use crate::observe::ToolStats;
 use crate::quota::{CostOf, Kind, Quota, QuotaDef, Slot};
-use crate::vocab::{Mode, OnLimit, UnknownTools, DEFAULT_MAX_PARTITIONS};
+use crate::vocab::{OnLimit, UnknownTools, Window, DEFAULT_MAX_PARTITIONS};
 
 /// A validated config, ready to run.
 ///
@@ -152,35 +153,32 @@ impl Compiled {
         old: Option<&Compiled>,
         now: Nanos,
     ) -> Self {
-        let mut quotas = HashMap::new();
+        let mut quotas: HashMap<Arc<str>, Arc<Quota>> = HashMap::new();
         let config = policy.config();
-        let mut build = |path: String, def: QuotaDef| -> Arc<Quota> {
-            let path: Arc<str> = path.into();
-            let def = QuotaDef {
-                path: path.clone(),
-                ..def
-            };
-            let prev = old.and_then(|o| o.quotas.get(&path));
-            let q = match prev {
+        // Each quota is built once, by its path: a pool's is shared by every tool
+        // that draws from it.
+        let mut build = |spec: QuotaSpec| -> Arc<Quota> {
+            if let Some(q) = quotas.get(&*spec.path) {
+                return q.clone();
+            }
+            let def = quota_def(&spec);
+            let q = match old.and_then(|o| o.quotas.get(&def.path)) {
                 Some(p) if p.def == def => p.clone(),
                 Some(p) => Arc::new(Quota::converted(def, p, now)),
                 None => Arc::new(Quota::new(def, now)),
             };
-            quotas.insert(path, q.clone());
+            quotas.insert(spec.path, q.clone());
             q
         };
         // On a shared store, the store keeps every quota; only an adaptive
         // concurrency limit (a per-process limit by nature) stays here.
         let shared = core.store.is_some();
-        let mut pools: HashMap<&str, Vec<Arc<Quota>>> = HashMap::new();
-        for (name, q) in config.pools.iter().filter(|_| !shared) {
-            let prefix = crate::config::join_path("pools", name);
-            pools.insert(
-                name,
-                quota_defs(&prefix, q, config.mode)
-                    .map(|(p, d)| build(p, d))
-                    .collect(),
-            );
+        // Every pool first, used or not: a pool a reload leaves unused keeps its
+        // state for the next.
+        for name in config.pools.keys().filter(|_| !shared) {
+            pool_quotas(config, name).into_iter().for_each(|s| {
+                build(s);
+            });
         }
         let stats_of = |name: &str| -> Arc<ToolStats> {
             old.and_then(|o| o.tools.get(name).map(|t| t.stats.clone()))
@@ -189,32 +187,10 @@ impl Compiled {
         let mut tools = HashMap::new();
         for (name, t) in &config.tools {
             let prefix = crate::config::join_path("tools", name);
-            // An adaptive limit drives the tool's concurrency quota: its capacity is
-            // `max` (capped by a static `concurrency`), its current limit the learnt one.
-            let mut own = t.quota.clone();
-            if shared {
-                own = QuotaConfig {
-                    concurrency: None,
-                    rate: None,
-                    tokens: None,
-                    partition: None,
-                    ..own
-                };
-            }
-            if let Some(a) = &t.adaptive {
-                let k = t.quota.concurrency;
-                own.concurrency = Some(k.map_or(a.max, |k| k.min(a.max)));
-            }
-            let mut list: Vec<Arc<Quota>> = quota_defs(&prefix, &own, config.mode)
-                .map(|(p, d)| build(p, d))
+            let list: Vec<Arc<Quota>> = local_quotas(config, name, shared)
+                .into_iter()
+                .map(&mut build)
                 .collect();
-            let mut seen = Vec::new();
-            for pool in &t.pools {
-                if !seen.contains(&pool) {
-                    seen.push(pool);
-                    list.extend(pools.get(pool.as_str()).into_iter().flatten().cloned());
-                }
-            }
             let stats = stats_of(name);
             // On a shared store the store decides: the synchronous fast path never applies.
             let fast = core.store.is_none().then(|| fast_path(&list)).flatten();
@@ -285,7 +261,6 @@ impl Compiled {
             .map(|o| o.unknown_stats.clone())
             .unwrap_or_else(|| Arc::new(ToolStats::new("_unknown".into())));
         let unknown = config.unknown_tools;
-        drop(pools);
         Self {
             unknown,
             policy,
@@ -339,33 +314,61 @@ fn fast_path(quotas: &[Arc<Quota>]) -> Option<Arc<crate::quota::Cell>> {
     }
 }
 
-/// The quota definitions of one tool or pool table, with their paths.
-fn quota_defs(
-    prefix: &str,
-    q: &QuotaConfig,
-    mode: Mode,
-) -> impl Iterator<Item = (String, QuotaDef)> {
-    let mode = q.mode.unwrap_or(mode);
-    let max = q.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS);
-    let part = q.partition.is_some();
-    let path = |key: &str| format!("{prefix}.{key}");
-    let rate = q.rate.map(|r| {
-        (
-            path("rate"),
-            QuotaDef::rate("".into(), r, q.burst, q.window),
-        )
-    });
-    let tokens = q.tokens.map(|r| {
-        (
-            path("tokens"),
-            QuotaDef::tokens("".into(), r, q.tokens_burst),
-        )
-    });
-    let conc = q
-        .concurrency
-        .map(|k| (path("concurrency"), QuotaDef::concurrency("".into(), k)));
-    [rate, tokens, conc]
-        .into_iter()
-        .flatten()
-        .map(move |(p, d)| (p, d.mode(mode).partitioned(part, max)))
+/// The quotas this process keeps for tool `name`: its policy's (see
+/// [`crate::compile`]), or none on a shared store, which keeps them all; and either
+/// way, the concurrency quota an adaptive limit drives: its capacity is the
+/// adaptive `max` (capped by a static `concurrency`), its current limit the learnt
+/// one (on a shared store, the static limit is the store's and this one is
+/// unpartitioned).
+fn local_quotas(config: &Config, name: &str, shared: bool) -> Vec<QuotaSpec> {
+    let mut list = match shared {
+        true => Vec::new(),
+        false => tool_quotas(config, name).unwrap_or_default(),
+    };
+    let Some(t) = config.tools.get(name) else {
+        return list;
+    };
+    let Some(max) = t.adaptive.as_ref().map(|a| a.max) else {
+        return list;
+    };
+    let limit = Limit::Concurrency {
+        limit: t.quota.concurrency.map_or(max, |k| k.min(max)),
+    };
+    let own = |q: &QuotaSpec| q.pool.is_none() && matches!(q.limit, Limit::Concurrency { .. });
+    if let Some(q) = list.iter_mut().find(|q| own(q)) {
+        q.limit = limit;
+        return list;
+    }
+    let at = list
+        .iter()
+        .position(|q| q.pool.is_some())
+        .unwrap_or(list.len());
+    let spec = QuotaSpec {
+        path: format!("{}.concurrency", crate::config::join_path("tools", name)).into(),
+        limit,
+        cost_of: CostOf::Requests,
+        mode: t.quota.mode.unwrap_or(config.mode),
+        partition: t.quota.partition.filter(|_| !shared),
+        max_partitions: t.quota.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS),
+        pool: None,
+    };
+    list.insert(at, spec);
+    list
+}
+
+/// The engine's definition of a resolved quota.
+fn quota_def(spec: &QuotaSpec) -> QuotaDef {
+    let path = spec.path.clone();
+    let def = match (spec.limit, spec.cost_of) {
+        (Limit::Bucket { rate, burst }, CostOf::Tokens) => {
+            QuotaDef::tokens(path, rate, Some(burst))
+        }
+        (Limit::Bucket { rate, burst }, CostOf::Requests) => {
+            QuotaDef::rate(path, rate, Some(burst), Window::Bucket)
+        }
+        (Limit::Sliding { rate }, _) => QuotaDef::rate(path, rate, None, Window::Sliding),
+        (Limit::Concurrency { limit }, _) => QuotaDef::concurrency(path, limit),
+    };
+    def.mode(spec.mode)
+        .partitioned(spec.partition.is_some(), spec.max_partitions)
 }

@@ -90,4 +90,12 @@ pub trait StoreLease: Send + Sync + fmt::Debug {
     /// The call never ran (an unused part of a reservation): give back what can be
     /// given back. Must not block.
     fn cancel(self: Box<Self>);
+
+    /// Who decided the admission, in the store's own words: for logs and tests (the
+    /// Redis store says `redis`, or `local` when its in-process fallback decided
+    /// while Redis did not answer). Read through [`crate::Permit::store_source`].
+    /// The default is `store`.
+    fn source(&self) -> &'static str {
+        "store"
+    }
 }

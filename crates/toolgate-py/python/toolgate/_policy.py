@@ -245,7 +245,7 @@ class ToolRateLimitPolicy:
 
             raise MiddlewareFailure(f"toolgate could not decide admission for {name!r}: {e}") from e
         if not isinstance(decision, Permit):
-            if decision.quota == "store":
+            if decision.store_unavailable:
                 # The shared store (Redis) could not decide and the policy fails closed:
                 # that is not the tool's rate limit, so the framework is told.
                 from agent_framework import MiddlewareFailure

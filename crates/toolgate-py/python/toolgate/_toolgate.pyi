@@ -40,6 +40,10 @@ class Rejection:
     @property
     def retry_after(self) -> float | None:
         """Seconds until the call would be admitted; ``None`` when unknown or never."""
+    @property
+    def store_unavailable(self) -> bool:
+        """Whether a shared store (Redis) could not decide — it did not answer and the
+        policy fails closed — rather than a limit of the tool saying no."""
     def to_dict(self) -> dict[str, Any]: ...
     def to_json(self) -> str:
         """The text a model receives instead of the tool's result: JSON with

@@ -1,5 +1,6 @@
-//! One semantic suite, several backends: the in-memory `Engine` and `RedisGate` (on
-//! one server or a cluster), all driven by a `ManualClock`.
+//! One semantic suite, two backends: the in-memory `Engine`, and the engine on Redis
+//! (on one server or a cluster), the crate's one front door; both driven by a
+//! `ManualClock`.
 
 #![allow(async_fn_in_trait)]
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate::{Call, Completion, Engine, ManualClock, Permit, Policy, Rejection};
-use toolgate_redis::{RedisGate, RedisPermit};
+use toolgate_redis::Builder;
 
 use crate::support::{prefix, redis_available, store, RedisServer};
 
@@ -84,15 +85,17 @@ impl Backend for Memory {
     }
 }
 
-// === redis ===
+// === an engine on redis ===
 
+/// A `toolgate::Engine` whose quotas live in Redis (`Engine::with_store`): what
+/// the gateway and the Python package run with `--store redis://…`.
 #[derive(Debug, Clone)]
-pub struct Redis {
-    pub gate: RedisGate,
+pub struct EngineOnRedis {
+    pub engine: Engine,
     clock: ManualClock,
 }
 
-/// Gates on one Redis (a server or a cluster), each with its own key prefix.
+/// Engines on one Redis (a server or a cluster), each with its own key prefix.
 #[derive(Debug)]
 pub struct RedisFactory {
     pub url: String,
@@ -125,81 +128,16 @@ impl RedisFactory {
 }
 
 impl Factory for RedisFactory {
-    type B = Redis;
-    async fn make(&self, toml: &str) -> Redis {
-        let clock = ManualClock::new();
-        clock.advance(Duration::from_secs(1000));
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        // Semantics, not timeouts, are tested here: a generous timeout for loaded CI.
-        let store = store(&self.url, &prefix(&format!("suite{n}")), "timeout = \"5s\"");
-        let gate = RedisGate::builder(policy(toml), store)
-            .clock(Arc::new(clock.clone()))
-            .lease_ttl(self.lease_ttl)
-            .connect()
-            .await
-            .expect("connect");
-        Redis { gate, clock }
-    }
-}
-
-impl Backend for Redis {
-    type Permit = RedisPermit;
-    async fn try_admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
-        self.gate.try_admit(call).await
-    }
-    async fn admit(&self, call: &Call<'_>) -> Result<RedisPermit, Rejection> {
-        self.gate.admit(call).await
-    }
-    async fn try_admit_all(&self, calls: &[Call<'_>]) -> Result<Vec<RedisPermit>, Rejection> {
-        self.gate.try_admit_all(calls).await
-    }
-    async fn complete(&self, permit: RedisPermit, completion: Completion) {
-        permit.complete(completion).await.expect("release");
-    }
-    async fn cancel(&self, permit: RedisPermit) {
-        permit.cancel().await.expect("give back");
-    }
-    async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    fn waited(permit: &RedisPermit) -> Duration {
-        permit.waited()
-    }
-    fn clock(&self) -> &ManualClock {
-        &self.clock
-    }
-}
-
-// === an engine on redis ===
-
-/// A `toolgate::Engine` whose quotas live in Redis (`Engine::with_store`): what
-/// the gateway and the Python package run with `--store redis://…`.
-#[derive(Debug, Clone)]
-pub struct EngineOnRedis {
-    pub engine: Engine,
-    clock: ManualClock,
-}
-
-/// Engines on one Redis server, each with its own key prefix.
-#[derive(Debug)]
-pub struct EngineOnRedisFactory(pub RedisFactory);
-
-impl EngineOnRedisFactory {
-    pub fn local() -> Option<Self> {
-        RedisFactory::local().map(Self)
-    }
-}
-
-impl Factory for EngineOnRedisFactory {
     type B = EngineOnRedis;
     async fn make(&self, toml: &str) -> EngineOnRedis {
         let clock = ManualClock::new();
         clock.advance(Duration::from_secs(1000));
-        let n = self.0.seq.fetch_add(1, Ordering::Relaxed);
-        let store = store(&self.0.url, &prefix(&format!("eng{n}")), "timeout = \"5s\"");
-        let engine = RedisGate::builder(policy(toml), store)
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        // Semantics, not timeouts, are tested here: a generous timeout for loaded CI.
+        let store = store(&self.url, &prefix(&format!("eng{n}")), "timeout = \"5s\"");
+        let engine = Builder::new(policy(toml), store)
             .clock(Arc::new(clock.clone()))
-            .lease_ttl(self.0.lease_ttl)
+            .lease_ttl(self.lease_ttl)
             .engine()
             .await
             .expect("connect");

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use toolgate::{Call, Completion, Policy};
-use toolgate_redis::RedisGate;
 
 use crate::support::{prefix, redis_available, store, RedisServer};
 
@@ -30,22 +29,25 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
         "#,
     )
     .expect("valid");
-    let gate = RedisGate::connect(policy, &store(&server.url(), &p, "timeout = \"500ms\""))
+    let store = store(&server.url(), &p, "timeout = \"500ms\"");
+    let engine = toolgate_redis::engine(policy, &store)
         .await
         .expect("connect");
     for _ in 0..3 {
         drop(
-            gate.try_admit(&Call::new("b").tokens(200))
+            engine
+                .admit_now(&Call::new("b").tokens(200))
                 .await
                 .expect("b"),
         );
         drop(
-            gate.try_admit(&Call::new("s").tenant("acme"))
+            engine
+                .admit_now(&Call::new("s").tenant("acme"))
                 .await
                 .expect("s"),
         );
     }
-    let c = gate.try_admit(&Call::new("c")).await.expect("c");
+    let c = engine.admit_now(&Call::new("c")).await.expect("c");
     let keys = server.keys(&p);
     assert_eq!(keys.len(), 4, "{keys:?}");
     for k in &keys {
@@ -59,8 +61,12 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
         };
         assert!(ttl > 0 && ttl <= max, "{k}: PTTL {ttl}");
     }
-    // A completed lease removes its key at once.
-    c.complete(Completion::success()).await.expect("release");
+    // A completed lease removes its key at once (the release runs in the background).
+    c.complete(Completion::success());
+    let t0 = std::time::Instant::now();
+    while server.keys(&p).len() > 3 && t0.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(server.keys(&p).len(), 3);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(server.keys(&p), Vec::<String>::new());

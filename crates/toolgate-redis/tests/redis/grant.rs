@@ -5,19 +5,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolgate::{Call, Policy};
-use toolgate_redis::{RedisGate, Source};
+use toolgate::{Call, Engine, Policy};
+use toolgate_redis::Source;
 
 use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
 
-async fn gates(server: &RedisServer, policy: &str, n: usize, grant: u64) -> Vec<RedisGate> {
+/// `n` engines on `server` (as `n` processes would be), each with grants of `grant`.
+async fn engines(server: &RedisServer, policy: &str, n: usize, grant: u64) -> Vec<Engine> {
     let p = prefix("grant");
     let mut out = Vec::new();
     for _ in 0..n {
         let extra = format!("local_grant = {grant}\ntimeout = \"1s\"");
         let policy = Policy::from_toml_str(policy).expect("valid");
         out.push(
-            RedisGate::connect(policy, &store(&server.url(), &p, &extra))
+            toolgate_redis::engine(policy, &store(&server.url(), &p, &extra))
                 .await
                 .expect("connect"),
         );
@@ -25,9 +26,9 @@ async fn gates(server: &RedisServer, policy: &str, n: usize, grant: u64) -> Vec<
     out
 }
 
-async fn drain(gate: &RedisGate) -> u64 {
+async fn drain(engine: &Engine) -> u64 {
     let mut n = 0;
-    while gate.try_admit(&Call::new("t")).await.is_ok() {
+    while engine.admit_now(&Call::new("t")).await.is_ok() {
         n += 1;
     }
     n
@@ -39,9 +40,9 @@ async fn grants_never_over_admit_and_unused_units_come_back() {
         return;
     }
     let server = RedisServer::start();
-    let g = gates(&server, "[tools.t]\nrate = \"10/h\"\nburst = 10", 2, 5).await;
-    let first = g[0].try_admit(&Call::new("t")).await.expect("a batch of 5");
-    assert_eq!(first.source(), Source::Grant);
+    let g = engines(&server, "[tools.t]\nrate = \"10/h\"\nburst = 10", 2, 5).await;
+    let first = g[0].admit_now(&Call::new("t")).await.expect("a batch of 5");
+    assert_eq!(Source::of(&first), Some(Source::Grant));
     // The other process gets what Redis has left (5), not what sits in the grant.
     assert_eq!(drain(&g[1]).await, 5);
     // The first spends the rest of its grant locally.
@@ -49,14 +50,14 @@ async fn grants_never_over_admit_and_unused_units_come_back() {
     assert_eq!(drain(&g[1]).await, 0);
 
     // An unused grant is returned when it expires (after at most 1 s).
-    let g = gates(&server, "[tools.t]\nrate = \"10/h\"\nburst = 10", 2, 5).await;
-    drop(g[0].try_admit(&Call::new("t")).await.expect("a batch of 5"));
+    let g = engines(&server, "[tools.t]\nrate = \"10/h\"\nburst = 10", 2, 5).await;
+    drop(g[0].admit_now(&Call::new("t")).await.expect("a batch of 5"));
     assert_eq!(drain(&g[1]).await, 5);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(drain(&g[1]).await, 4, "the 4 unused units came back");
 }
 
-/// The accuracy trade-off, measured: 4 gates × 16 callers on 50/s burst 10 for 3 s.
+/// The accuracy trade-off, measured: 4 engines × 16 callers on 50/s burst 10 for 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_keep_a_shared_quota_within_bounds() {
     if !redis_available() {
@@ -64,20 +65,20 @@ async fn grants_keep_a_shared_quota_within_bounds() {
     }
     let _heavy = HEAVY.lock().await;
     let server = RedisServer::start();
-    let g = gates(&server, "[tools.t]\nrate = \"50/s\"\nburst = 10", 4, 5).await;
+    let g = engines(&server, "[tools.t]\nrate = \"50/s\"\nburst = 10", 4, 5).await;
     let (admitted, granted) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs(3);
     let mut tasks = Vec::new();
-    for gate in &g {
+    for engine in &g {
         for _ in 0..16 {
-            let (gate, admitted, granted) = (gate.clone(), admitted.clone(), granted.clone());
+            let (engine, admitted, granted) = (engine.clone(), admitted.clone(), granted.clone());
             tasks.push(tokio::spawn(async move {
                 while Instant::now() < end {
-                    match gate.try_admit(&Call::new("t")).await {
+                    match engine.admit_now(&Call::new("t")).await {
                         Ok(p) => {
                             admitted.fetch_add(1, Ordering::Relaxed);
-                            if p.source() == Source::Grant {
+                            if Source::of(&p) == Some(Source::Grant) {
                                 granted.fetch_add(1, Ordering::Relaxed);
                             }
                         }

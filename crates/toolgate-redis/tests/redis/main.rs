@@ -14,10 +14,10 @@ mod backend;
 mod semantic;
 mod support;
 
-/// The same suite on a `toolgate::Engine` whose store is Redis (the seam the
-/// gateway and the Python package use).
+/// The same suite on a `toolgate::Engine` whose store is Redis, one server per
+/// test: the crate's one front door, which the gateway and the Python package use.
 mod engine_on_redis {
-    crate::semantic_suite!(crate::backend::EngineOnRedisFactory::local());
+    crate::semantic_suite!(crate::backend::RedisFactory::local());
 }
 
 mod cluster;
@@ -30,9 +30,4 @@ mod redis_only;
 /// The suite on the in-memory engine: the reference the Redis runs must equal.
 mod memory {
     crate::semantic_suite!(Some(crate::backend::MemoryFactory));
-}
-
-/// The same suite on one Redis server per test.
-mod redis {
-    crate::semantic_suite!(crate::backend::RedisFactory::local());
 }

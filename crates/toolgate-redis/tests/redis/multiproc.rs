@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use toolgate::{Call, Policy};
-use toolgate_redis::{RedisGate, Source};
+use toolgate_redis::Source;
 
 use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
 
@@ -127,7 +127,7 @@ async fn child_worker() {
     };
     let start: u64 = start.parse().expect("start time");
     let policy = Policy::from_toml_str(POLICY).expect("valid");
-    let gate = RedisGate::connect(policy, &store(&url, &p, "timeout = \"1s\""))
+    let engine = toolgate_redis::engine(policy, &store(&url, &p, "timeout = \"1s\""))
         .await
         .expect("connect");
     let admitted = Arc::new(AtomicU64::new(0));
@@ -137,18 +137,18 @@ async fn child_worker() {
     let last = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..CALLERS)
         .map(|i| {
-            let gate = gate.clone();
+            let engine = engine.clone();
             let admitted = admitted.clone();
             let (first, last) = (first.clone(), last.clone());
             tokio::spawn(async move {
                 let jitter = Duration::from_micros(u64::try_from(i).unwrap_or(0) * 97);
                 while unix_ms() < end {
                     first.fetch_min(unix_us(), Ordering::Relaxed);
-                    let result = gate.try_admit(&Call::new("shared")).await;
+                    let result = engine.admit_now(&Call::new("shared")).await;
                     last.fetch_max(unix_us(), Ordering::Relaxed);
                     match result {
                         Ok(p) => {
-                            assert_eq!(p.source(), Source::Redis);
+                            assert_eq!(Source::of(&p), Some(Source::Redis));
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(r) => {

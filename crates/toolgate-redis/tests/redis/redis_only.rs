@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use toolgate::{Call, Clock, ManualClock, Policy, Reason};
-use toolgate_redis::{RedisGate, Source, StoreError};
+use toolgate_redis::{Source, StoreError};
 
-use crate::backend::{Backend, EngineOnRedisFactory, Factory, RedisFactory};
+use crate::backend::{Backend, Factory, RedisFactory};
 use crate::support::{prefix, redis_available, store, RedisServer};
 
 /// A crashed process's in-flight calls are released when their leases expire.
@@ -18,7 +18,7 @@ async fn a_lost_lease_expires_after_its_ttl() {
     f.lease_ttl = Duration::from_secs(2);
     let b = f.make("[tools.c]\nconcurrency = 1").await;
     let p = b.try_admit(&Call::new("c")).await.expect("free");
-    assert_eq!(p.source(), Source::Redis);
+    assert_eq!(Source::of(&p), Some(Source::Redis));
     std::mem::forget(p); // as if the process died: no release ever comes
     b.clock().advance(Duration::from_millis(1999));
     let no = b
@@ -40,8 +40,8 @@ async fn scripts_are_reloaded_after_script_flush() {
     assert!(b.try_admit(&Call::new("t")).await.is_ok());
     let server = f.server.as_ref().expect("own server");
     let _: String = server.cmd(&["SCRIPT", "FLUSH"]);
-    assert!(b.try_admit(&Call::new("t")).await.is_ok());
-    assert!(!b.gate.is_degraded());
+    let p = b.try_admit(&Call::new("t")).await.expect("admitted");
+    assert_eq!(Source::of(&p), Some(Source::Redis), "decided by Redis");
 }
 
 /// Rates that are not whole µs per request stay exact: fractions of a µs accumulate
@@ -80,13 +80,13 @@ async fn inexact_quotas_and_braced_prefixes_are_refused() {
     let url = "redis://127.0.0.1:1";
     let policy = Policy::from_toml_str("[tools.x]\nrate = \"1000003/s\"\nburst = 10000000000")
         .expect("valid for the core");
-    let err = RedisGate::connect(policy, &store(url, "p:", ""))
+    let err = toolgate_redis::engine(policy, &store(url, "p:", ""))
         .await
         .expect_err("inexact");
     assert!(matches!(err, StoreError::Precision { .. }), "{err}");
     assert!(err.to_string().starts_with("tools.x.rate: "), "{err}");
     let policy = Policy::from_toml_str("[tools.x]\nrate = \"1/s\"").expect("valid");
-    let err = RedisGate::connect(policy, &store(url, "a{b}:", ""))
+    let err = toolgate_redis::engine(policy, &store(url, "a{b}:", ""))
         .await
         .expect_err("braces");
     assert_eq!(
@@ -107,11 +107,11 @@ async fn a_call_touches_keys_of_one_hash_tag_only() {
         "[pools.crm]\nrate = \"5/s\"\n[tools.a]\nrate = \"1/s\"\nconcurrency = 2\npools = [\"crm\"]\npartition = \"tenant\"",
     )
     .expect("valid");
-    let gate = RedisGate::connect(policy, &store(&server.url(), &p, ""))
+    let engine = toolgate_redis::engine(policy, &store(&server.url(), &p, ""))
         .await
         .expect("connect");
-    let permit = gate
-        .try_admit(&Call::new("a").tenant("acme"))
+    let permit = engine
+        .admit_now(&Call::new("a").tenant("acme"))
         .await
         .expect("admitted");
     let mut keys = server.keys(&p);
@@ -243,7 +243,7 @@ fn the_release_script_bounds_any_token_charge_exactly() {
 /// admitted from then on live that long, also after the policy is reloaded.
 #[tokio::test]
 async fn a_store_lease_ttl_set_later_applies_to_new_leases_across_reloads() {
-    let Some(f) = EngineOnRedisFactory::local() else {
+    let Some(f) = RedisFactory::local() else {
         return;
     };
     let b = f.make("[tools.c]\nconcurrency = 1").await;
@@ -267,7 +267,7 @@ async fn a_store_lease_ttl_set_later_applies_to_new_leases_across_reloads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_waited_in_the_store_meets_the_gates_that_closed_meanwhile() {
     use toolgate::{Completion, Outcome};
-    let Some(f) = EngineOnRedisFactory::local() else {
+    let Some(f) = RedisFactory::local() else {
         return;
     };
     let policy = "[tools.t]\nrate = \"1/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"5s\"\n\

@@ -232,6 +232,37 @@ pub async fn pools_are_shared<F: Factory>(f: &F) {
     assert_eq!(no.tool(), "update");
 }
 
+/// A name that needs quoting is quoted in the quota paths rejections name, as in
+/// config errors, alike on every backend (the paths come from one resolution).
+pub async fn a_name_that_needs_quoting_names_its_quotas_alike<F: Factory>(f: &F) {
+    let b = f
+        .make(
+            r#"
+            [pools."crm v2"]
+            rate = "1/h"
+            burst = 2
+            [tools."mcp:github/search"]
+            rate = "1/h"
+            burst = 1
+            pools = ["crm v2"]
+            [tools."mcp:github/list"]
+            pools = ["crm v2"]
+            "#,
+        )
+        .await;
+    let search = Call::new("mcp:github/search");
+    assert!(b.try_admit(&search).await.is_ok());
+    let no = b.try_admit(&search).await.expect_err("its own bucket");
+    assert_eq!(no.quota(), r#"tools."mcp:github/search".rate"#);
+    let list = Call::new("mcp:github/list");
+    assert!(b.try_admit(&list).await.is_ok());
+    let no = b.try_admit(&list).await.expect_err("the pool");
+    assert_eq!(
+        (no.tool(), no.quota()),
+        ("mcp:github/list", r#"pools."crm v2".rate"#)
+    );
+}
+
 /// One instance per tenant; a call without a tenant uses the "" partition.
 pub async fn tenants_have_their_own_partitions<F: Factory>(f: &F) {
     let b = f
@@ -475,6 +506,7 @@ macro_rules! semantic_suite {
             tokens_are_reconciled,
             concurrency_is_released,
             pools_are_shared,
+            a_name_that_needs_quoting_names_its_quotas_alike,
             tenants_have_their_own_partitions,
             a_denied_call_charges_nothing,
             a_cost_above_capacity_is_rejected_at_once,
@@ -507,6 +539,7 @@ pub async fn all<F: Factory>(f: &F) {
     tokens_are_reconciled(f).await;
     concurrency_is_released(f).await;
     pools_are_shared(f).await;
+    a_name_that_needs_quoting_names_its_quotas_alike(f).await;
     tenants_have_their_own_partitions(f).await;
     a_denied_call_charges_nothing(f).await;
     a_cost_above_capacity_is_rejected_at_once(f).await;

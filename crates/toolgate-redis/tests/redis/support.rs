@@ -1,4 +1,4 @@
-//! Real `redis-server` processes on free ports, killed on drop, and gates on them.
+//! Real `redis-server` processes on free ports, killed on drop, and `[store]` sections for them.
 
 use std::net::TcpListener;
 use std::path::PathBuf;

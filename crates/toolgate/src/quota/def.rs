@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::rate::{Gcra, Window};
-use crate::vocab::{Mode, Rate, Reason, Window as WindowKind, DEFAULT_MAX_PARTITIONS};
+use crate::vocab::{CostOf, Mode, Rate, Reason, Window as WindowKind, DEFAULT_MAX_PARTITIONS};
 
 /// What a quota limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,13 +15,6 @@ pub(crate) enum Kind {
     Bucket(Gcra),
     Sliding(Window),
     Concurrency(u64),
-}
-
-/// Which part of a call a quota is charged with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum CostOf {
-    Requests,
-    Tokens,
 }
 
 /// A quota's definition. Two quotas with equal definitions are interchangeable, which

@@ -37,8 +37,9 @@ mod slot;
 mod successor;
 mod waiters;
 
+pub(crate) use crate::vocab::CostOf;
 pub(crate) use cell::{Cell, CellGuard, CellState, Fit};
-pub(crate) use def::{CostOf, Kind, QuotaDef};
+pub(crate) use def::{Kind, QuotaDef};
 pub(crate) use fast::FastBucket;
 pub(crate) use limiter::Limiter;
 pub(crate) use partitions::NoPartition;

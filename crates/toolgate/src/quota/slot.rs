@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use super::cell::Cell;
-use super::def::{CostOf, Kind, QuotaDef};
+use super::def::{Kind, QuotaDef};
 use super::limiter::Limiter;
 use super::partitions::{Home, Partitions};
 use super::successor::{Link, Successor};
 use crate::clock::Nanos;
 use crate::vocab::Call;
+use crate::vocab::CostOf;
 
 /// A quota with its state.
 #[derive(Debug)]

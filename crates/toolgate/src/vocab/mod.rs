@@ -13,6 +13,7 @@
 
 mod call;
 mod completion;
+mod cost_of;
 mod duration;
 mod limits;
 mod mode;
@@ -27,6 +28,7 @@ mod window;
 
 pub use call::Call;
 pub use completion::Completion;
+pub use cost_of::CostOf;
 pub use limits::{DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PAUSE, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT};
 pub use mode::Mode;
 pub use on_limit::OnLimit;

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use super::reason::Reason;
 
+/// The quota a [`Rejection::store_unavailable`] names.
+const STORE_QUOTA: &str = "store";
+
 /// A call that was not admitted, and consumed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -35,6 +38,24 @@ impl Rejection {
             reason,
             retry_after,
         }
+    }
+
+    /// The rejection of a call to `tool` that a shared store (see [`crate::store`])
+    /// could not decide: the store did not answer and its `on_store_error` policy
+    /// fails closed, or the call was put to it through a verb that cannot wait for
+    /// it (the synchronous [`crate::Engine::try_admit`] on a store engine). The
+    /// quota is `store` and the reason `circuit_open`, with no `retry_after`: no quota
+    /// of the tool said no, the store could not say yes. Every store and the engine
+    /// build it here; [`Rejection::is_store_unavailable`] recognises it.
+    pub fn store_unavailable(tool: impl Into<Arc<str>>) -> Self {
+        Self::new(tool, STORE_QUOTA, Reason::CircuitOpen, None)
+    }
+
+    /// Whether this is a [`Rejection::store_unavailable`]: the answer to tell a
+    /// caller that admission could not be decided, rather than that a limit was
+    /// reached.
+    pub fn is_store_unavailable(&self) -> bool {
+        self.reason == Reason::CircuitOpen && *self.quota == *STORE_QUOTA
     }
 
     /// The tool the call was for.
@@ -78,6 +99,19 @@ impl std::error::Error for Rejection {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_that_could_not_decide_has_one_rejection_told_apart_from_a_breaker() {
+        let r = Rejection::store_unavailable("t");
+        assert_eq!(
+            (r.tool(), r.quota(), r.reason(), r.retry_after()),
+            ("t", "store", Reason::CircuitOpen, None)
+        );
+        assert!(r.is_store_unavailable());
+        let breaker = Rejection::new("t", "tools.t.circuit", Reason::CircuitOpen, None);
+        let rate = Rejection::new("t", "tools.t.rate", Reason::RateLimited, None);
+        assert!(!breaker.is_store_unavailable() && !rate.is_store_unavailable());
+    }
 
     #[test]
     fn a_rejection_displays_its_quota_and_retry_time() {

@@ -4,6 +4,7 @@
 
 mod adaptive;
 mod circuit;
+mod compile;
 mod config;
 mod debt;
 mod demo;

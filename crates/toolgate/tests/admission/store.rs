@@ -172,12 +172,26 @@ async fn all_or_nothing_plans_go_through_the_store() {
 }
 
 #[tokio::test]
+async fn a_permit_says_which_store_decided_it() {
+    let (_store, a, _b, _clock) = setup(TOML, false);
+    let stored = a.admit_now(&Call::new("lookup")).await.unwrap();
+    assert_eq!(stored.store_source(), Some("store"));
+    let untouched = a.admit_now(&Call::new("weather")).await.unwrap();
+    assert_eq!(untouched.store_source(), None);
+    let (memory, _clock) = crate::support::engine(TOML);
+    let local = memory.try_admit(&Call::new("lookup")).unwrap();
+    assert_eq!(local.store_source(), None);
+}
+
+#[tokio::test]
 async fn the_synchronous_verbs_refuse_on_a_store_and_say_so() {
     let (_store, a, _b, _clock) = setup(TOML, false);
     let no = a.try_admit(&Call::new("lookup")).unwrap_err();
     assert_eq!((no.quota(), no.reason()), ("store", Reason::CircuitOpen));
+    assert!(no.is_store_unavailable());
     let no = a.try_admit_all(&[Call::new("lookup")]).unwrap_err();
     assert_eq!(no.quota(), "store");
+    assert!(no.is_store_unavailable());
     // Tools without a policy never needed the store.
     assert!(a.try_admit(&Call::new("weather")).is_ok());
 }
