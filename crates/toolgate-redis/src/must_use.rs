@@ -7,7 +7,7 @@
 //! use std::time::Duration;
 //! let policy = toolgate::Policy::from_toml_str("").unwrap();
 //! let store = toolgate::config::StoreConfig::new("redis://127.0.0.1:1");
-//! let _ = toolgate_redis::RedisGate::builder(policy, store).lease_ttl(Duration::from_secs(9));
+//! let _ = toolgate_redis::Builder::new(policy, store).lease_ttl(Duration::from_secs(9));
 //! ```
 //!
 //! A builder whose result is dropped connects nothing:
@@ -17,5 +17,5 @@
 //! use std::time::Duration;
 //! let policy = toolgate::Policy::from_toml_str("").unwrap();
 //! let store = toolgate::config::StoreConfig::new("redis://127.0.0.1:1");
-//! toolgate_redis::RedisGate::builder(policy, store).lease_ttl(Duration::from_secs(9));
+//! toolgate_redis::Builder::new(policy, store).lease_ttl(Duration::from_secs(9));
 //! ```
