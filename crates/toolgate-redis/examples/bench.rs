@@ -103,22 +103,7 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs(a.secs);
     let tasks: Vec<_> = (0..a.callers)
-        .map(|_| {
-            let engine = engine.clone();
-            tokio::spawn(async move {
-                let (mut ok, mut no, mut lat) = (0u64, 0u64, Vec::with_capacity(100_000));
-                while Instant::now() < end {
-                    let s = Instant::now();
-                    if admit(&engine).await {
-                        ok += 1;
-                    } else {
-                        no += 1;
-                    }
-                    lat.push(u32::try_from(s.elapsed().as_micros()).unwrap_or(u32::MAX));
-                }
-                (ok, no, lat)
-            })
-        })
+        .map(|_| tokio::spawn(call_until(engine.clone(), end)))
         .collect();
     let (mut ok, mut no, mut lat) = (0, 0, Vec::new());
     for t in tasks {
@@ -146,6 +131,22 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
         pct(99)
     );
     Ok(())
+}
+
+/// One caller: admits one call after the other until `end`; the calls admitted, those
+/// rejected, and each call's latency in µs.
+async fn call_until(engine: toolgate::Engine, end: Instant) -> (u64, u64, Vec<u32>) {
+    let (mut ok, mut no, mut lat) = (0u64, 0u64, Vec::with_capacity(100_000));
+    while Instant::now() < end {
+        let s = Instant::now();
+        if admit(&engine).await {
+            ok += 1;
+        } else {
+            no += 1;
+        }
+        lat.push(u32::try_from(s.elapsed().as_micros()).unwrap_or(u32::MAX));
+    }
+    (ok, no, lat)
 }
 
 /// One admission (the permit is dropped at once); whether it was admitted.

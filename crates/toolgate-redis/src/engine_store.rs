@@ -18,9 +18,9 @@ use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
 use toolgate::{Call, Clock, Completion, Engine, Policy, Rejection, SystemClock};
 
 use crate::error::StoreError;
+use crate::gate::Gate;
 use crate::lease::DEFAULT_LEASE_TTL;
 use crate::permit::RedisPermit;
-use crate::store::Gate;
 
 /// The Redis store of a [`toolgate::Engine`]: built by [`engine`] or
 /// [`Builder::engine`], and reached through the engine only

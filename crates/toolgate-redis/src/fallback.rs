@@ -1,5 +1,5 @@
-//! `on_store_error = "local"`: an in-process engine holding `local_share` of every
-//! quota, used while Redis does not answer.
+//! What decides while Redis does not answer (`on_store_error`); under `"local"`, an
+//! in-process engine holding `local_share` of every quota.
 //!
 //! Why a share: while Redis is unreachable every process decides alone, so each may
 //! only spend its share of the shared quota. With `local_share = 1 / processes`, the
@@ -7,33 +7,116 @@
 //! over-admit by the ratio. Counts round down, but never below 1.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use toolgate::config::{Config, OnStoreError, QuotaConfig, Rate, StoreConfig};
-use toolgate::{Engine, Policy};
+use toolgate::{Call, Clock, Engine, Policy, Rejection};
 
 use crate::error::StoreError;
+use crate::permit::{Held, RedisPermit};
 
-/// The in-process engine of `on_store_error = "local"`, if that is the mode.
-///
-/// Its own metrics go to a no-op recorder: the engine on the store counts every
-/// decision, the fallback's included, so the fallback counting them as well would
-/// count them twice.
-pub(crate) fn fallback_engine(
-    store: &StoreConfig,
-    policy: &Policy,
-    clock: Option<&Arc<dyn toolgate::Clock>>,
-) -> Result<Option<Engine>, StoreError> {
-    if store.on_store_error != OnStoreError::Local {
-        return Ok(None);
-    }
-    let p = scaled_policy(policy.config(), store.local_share)?;
-    Ok(Some(metrics::with_local_recorder(
-        &metrics::NoopRecorder,
-        || match clock {
+/// What decides while Redis does not answer, by `on_store_error`: nobody
+/// (`fail_open`), an in-process engine (`local`), or a refusal (`fail_closed`).
+#[derive(Debug)]
+pub(crate) struct Fallback {
+    on_error: OnStoreError,
+    /// The in-process engine of `on_store_error = "local"`, if that is the mode.
+    engine: Option<Engine>,
+}
+
+// === impl Fallback ===
+
+impl Fallback {
+    /// The fallback of `store` for `policy`; under `local`, an engine on `clock` (or
+    /// the system clock) holding `local_share` of every quota.
+    ///
+    /// The engine's own metrics go to a no-op recorder: the engine on the store counts
+    /// every decision, the fallback's included, so the fallback counting them as well
+    /// would count them twice.
+    ///
+    /// # Errors
+    ///
+    /// When the scaled policy does not validate (it always should).
+    pub(crate) fn new(
+        store: &StoreConfig,
+        policy: &Policy,
+        clock: Option<&Arc<dyn Clock>>,
+    ) -> Result<Self, StoreError> {
+        let on_error = store.on_store_error;
+        if on_error != OnStoreError::Local {
+            return Ok(Self {
+                on_error,
+                engine: None,
+            });
+        }
+        let p = scaled_policy(policy.config(), store.local_share)?;
+        let engine = metrics::with_local_recorder(&metrics::NoopRecorder, || match clock {
             Some(c) => Engine::with_clock(p, c.clone()),
             None => Engine::new(p),
-        },
-    )))
+        });
+        Ok(Self {
+            on_error,
+            engine: Some(engine),
+        })
+    }
+
+    /// The `on_store_error` mode.
+    pub(crate) fn on_error(&self) -> OnStoreError {
+        self.on_error
+    }
+
+    /// The decision on `call` (of `tool`) while Redis does not answer; `wait`: the
+    /// local engine may wait as the tool says.
+    ///
+    /// # Errors
+    ///
+    /// The local engine's [`Rejection`], or [`Rejection::store_unavailable`] under
+    /// `fail_closed`.
+    pub(crate) async fn admit(
+        &self,
+        tool: &Arc<str>,
+        call: &Call<'_>,
+        wait: bool,
+    ) -> Result<RedisPermit, Rejection> {
+        match (self.on_error, &self.engine) {
+            (OnStoreError::FailOpen, _) => Ok(RedisPermit::new(Held::Unaccounted, Duration::ZERO)),
+            (OnStoreError::Local, Some(engine)) => {
+                let p = if wait {
+                    engine.admit(call).await?
+                } else {
+                    engine.try_admit(call)?
+                };
+                let waited = p.waited();
+                Ok(RedisPermit::new(Held::Local(p), waited))
+            }
+            _ => Err(Rejection::store_unavailable(tool.clone())),
+        }
+    }
+
+    /// The decision on `calls` together, now or never, while Redis does not answer;
+    /// `first` is the tool a refusal names.
+    ///
+    /// # Errors
+    ///
+    /// As [`Fallback::admit`].
+    pub(crate) fn admit_all(
+        &self,
+        first: &Arc<str>,
+        calls: &[Call<'_>],
+    ) -> Result<Vec<RedisPermit>, Rejection> {
+        match (self.on_error, &self.engine) {
+            (OnStoreError::FailOpen, _) => Ok(calls
+                .iter()
+                .map(|_| RedisPermit::new(Held::Unaccounted, Duration::ZERO))
+                .collect()),
+            (OnStoreError::Local, Some(engine)) => Ok(engine
+                .try_admit_all(calls)?
+                .into_iter()
+                .map(|p| RedisPermit::new(Held::Local(p), Duration::ZERO))
+                .collect()),
+            _ => Err(Rejection::store_unavailable(first.clone())),
+        }
+    }
 }
 
 /// `config` with every quota scaled by `share` (and no store), as a policy.

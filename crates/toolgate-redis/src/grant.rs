@@ -19,22 +19,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::permit::{Held, Op, RedisPermit};
-use crate::plan::Step;
 use toolgate::compile::CostOf;
 
+use crate::link::Link;
+use crate::op::Op;
+use crate::permit::{Held, RedisPermit};
+use crate::plan::Step;
 use crate::quota::Params;
 use crate::script::Reply;
-use crate::store::Gate;
 
-/// The grants of one gate, by the keys of the quota instances they cover.
+/// The grants of one gate, by the keys of the quota instances they cover, taken
+/// and given back through the gate's link.
 #[derive(Debug)]
 pub(crate) struct Grants {
     size: u64,
     map: Mutex<HashMap<String, Grant>>,
+    link: Arc<Link>,
 }
 
+/// A batch taken from Redis for one call's keys, and what is left of it.
 #[derive(Debug)]
 struct Grant {
     left: u64,
@@ -44,13 +47,28 @@ struct Grant {
     generation: u64,
 }
 
+/// What a grant can do for a call.
+enum Take {
+    /// Served from the grant.
+    Granted,
+    /// Ask Redis for a new batch.
+    Batch,
+    /// Ask Redis for this call alone (a batch did not fit recently).
+    Ask,
+}
+
 // === impl Grants ===
 
 impl Grants {
-    pub(crate) fn new(size: u64) -> Option<Self> {
-        (size > 1).then(|| Self {
-            size,
-            map: Mutex::new(HashMap::new()),
+    /// Grants of `size` admissions taken through `link`; `None` when `size` is 0 or
+    /// 1 (`local_grant` off).
+    pub(crate) fn new(size: u64, link: &Arc<Link>) -> Option<Arc<Self>> {
+        (size > 1).then(|| {
+            Arc::new(Self {
+                size,
+                map: Mutex::new(HashMap::new()),
+                link: link.clone(),
+            })
         })
     }
 
@@ -98,28 +116,10 @@ impl Grants {
             _ => 0,
         }
     }
-}
 
-enum Take {
-    /// Served from the grant.
-    Granted,
-    /// Ask Redis for a new batch.
-    Batch,
-    /// Ask Redis for this call alone (a batch did not fit recently).
-    Ask,
-}
-
-// === impl Gate ===
-
-impl Gate {
     /// Admits `count` from a local grant, taking a new batch when none is left;
     /// `None` when the call must go to Redis on its own.
-    pub(crate) async fn try_grant(
-        self: &Arc<Self>,
-        steps: &[Step],
-        count: u64,
-    ) -> Option<RedisPermit> {
-        let grants = self.grants.as_ref()?;
+    pub(crate) async fn admit(self: &Arc<Self>, steps: &[Step], count: u64) -> Option<RedisPermit> {
         if count == 0 || !grantable(steps) {
             return None;
         }
@@ -128,16 +128,16 @@ impl Gate {
             .map(|s| s.key.as_str())
             .collect::<Vec<_>>()
             .join("\n");
-        match grants.take(&key, count) {
+        match self.take(&key, count) {
             Take::Granted => {
                 return Some(RedisPermit::new(Held::Granted, Duration::ZERO));
             }
             Take::Ask => return None,
-            Take::Batch if self.down.load(std::sync::atomic::Ordering::Acquire) => return None,
+            Take::Batch if self.link.is_down() => return None,
             Take::Batch => {}
         }
         let capacity = steps.iter().map(|s| s.quota.spec.capacity()).min()?;
-        let batch = grants.size.min(capacity);
+        let batch = self.size.min(capacity);
         if batch <= count {
             return None;
         }
@@ -148,22 +148,22 @@ impl Gate {
                 ..s.clone()
             })
             .collect();
-        let id: Arc<str> = self.ids.next().into();
+        let id = self.link.next_id();
         let ttl = grant_ttl(steps, batch);
-        match self.run_admit(&batched, &id, -1).await {
+        match self.link.run_admit(&batched, &id, -1).await {
             Ok(Reply::Admitted { .. }) => {
-                let generation = grants.put(&key, Some(batch - count), ttl);
+                let generation = self.put(&key, Some(batch - count), ttl);
                 self.return_later(key, generation, batched, ttl);
                 Some(RedisPermit::new(Held::Granted, Duration::ZERO))
             }
             Ok(Reply::Denied { retry, .. }) => {
                 // Not enough for a batch: single calls until enough has refilled.
                 let wait = Duration::from_micros(u64::try_from(retry).unwrap_or(0));
-                grants.put(&key, None, wait.clamp(Duration::from_millis(1), ttl));
+                self.put(&key, None, wait.clamp(Duration::from_millis(1), ttl));
                 None
             }
             Err(e) => {
-                self.failed(&e);
+                self.link.failed(&e);
                 None
             }
         }
@@ -178,9 +178,9 @@ impl Gate {
         ttl: Duration,
     ) {
         let me = self.clone();
-        self.handle.spawn(async move {
+        self.link.spawn(async move {
             tokio::time::sleep(ttl).await;
-            let left = me.grants.as_ref().map_or(0, |g| g.expire(&key, generation));
+            let left = me.expire(&key, generation);
             if left == 0 {
                 return;
             }
@@ -198,7 +198,7 @@ impl Gate {
                     _ => None,
                 })
                 .collect();
-            if let Err(e) = me.release(ops).await {
+            if let Err(e) = me.link.release(ops).await {
                 tracing::warn!(error = %e, "returning an unused grant failed; it refills instead");
             }
         });

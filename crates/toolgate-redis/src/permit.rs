@@ -8,7 +8,12 @@ use std::time::Duration;
 use toolgate::{Completion, Permit};
 
 use crate::error::StoreError;
-use crate::store::Gate;
+use crate::link::Link;
+use crate::op::Op;
+
+/// The largest count sent to the scripts: Lua numbers are doubles, whose integers
+/// are exact up to 2^53 − 1.
+const MAX_SCRIPT_COUNT: i128 = (1 << 53) - 1;
 
 /// Who decided an admission of an engine on the Redis store: read it from the
 /// engine's permit with [`Source::of`].
@@ -41,33 +46,6 @@ pub enum Source {
     Unaccounted,
 }
 
-/// A change to give back to Redis when a call ends or a waiter leaves.
-#[derive(Debug, Clone)]
-pub(crate) enum Op {
-    /// Remove members `id:from ..= id:to` of a sorted set (leases, sliding entries).
-    Members {
-        key: String,
-        id: Arc<str>,
-        from: u64,
-        to: u64,
-    },
-    /// Charge (`delta > 0`) or refund (`delta < 0`) tokens of a bucket of `params`
-    /// (`pq`, `pr`, `den`, `burst`); a charge, of tokens used beyond an estimate, never
-    /// leaves the bucket more than one burst in debt. `at >= 0` also clears its
-    /// last-reserved mark if it is `at`. `since >= 0`: the refund gives back
-    /// part of a charge of `charged` tokens made at `since` (Redis µs) that was never
-    /// used, less its share of the refill since then, so that the bucket never ends
-    /// up fuller than without the charge.
-    Bucket {
-        key: String,
-        params: [u64; 4],
-        delta: i128,
-        at: i64,
-        since: i64,
-        charged: u64,
-    },
-}
-
 /// A token estimate held until the call completes.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenHold {
@@ -82,24 +60,29 @@ pub(crate) struct TokenHold {
 /// [`RedisPermit::complete`] releases its concurrency leases and reconciles its token
 /// estimate against the actual count. Dropping it without completing releases its
 /// leases in a spawned task (best effort: if that fails, the leases expire after the
-/// gate's lease TTL).
+/// link's lease TTL).
 pub(crate) struct RedisPermit {
     held: Held,
     waited: Duration,
     done: bool,
 }
 
+/// What a permit holds, by who decided it.
 pub(crate) enum Held {
+    /// Charges in Redis, given back through the link that made them.
     Remote {
-        gate: Arc<Gate>,
+        link: Arc<Link>,
         leases: Vec<Op>,
         tokens: Vec<TokenHold>,
         /// What gives the call's rate, token and sliding charges back (the parts of
         /// a reservation only; empty otherwise).
         refunds: Vec<Op>,
     },
+    /// A permit of the in-process fallback.
     Local(Permit),
+    /// A unit of a local grant: nothing to give back.
     Granted,
+    /// Nothing was charged.
     Unaccounted,
 }
 
@@ -173,16 +156,16 @@ impl RedisPermit {
         self.done = true;
         match std::mem::replace(&mut self.held, Held::Unaccounted) {
             Held::Remote {
-                gate,
+                link,
                 leases,
                 tokens,
                 ..
             } => {
                 let mut ops = leases;
                 if let Some(actual) = completion.tokens {
-                    ops.extend(tokens.iter().filter_map(|t| reconcile(t, actual)));
+                    ops.extend(tokens.iter().filter_map(|t| t.reconcile(actual)));
                 }
-                gate.release(ops).await
+                link.release(ops).await
             }
             Held::Local(p) => {
                 p.complete(completion);
@@ -193,7 +176,7 @@ impl RedisPermit {
     }
 
     /// Gives back what admission charged, for a call that never ran (an unused part
-    /// of a reservation made with [`Gate::admit_all`]): concurrency
+    /// of a reservation made with `Gate::admit_all`): concurrency
     /// leases are released, request and token buckets refunded (never above full)
     /// and sliding-window entries removed, in one round trip. Permits of single
     /// admissions keep only their leases, so for them this is like dropping.
@@ -206,13 +189,13 @@ impl RedisPermit {
         self.done = true;
         match std::mem::replace(&mut self.held, Held::Unaccounted) {
             Held::Remote {
-                gate,
+                link,
                 mut leases,
                 refunds,
                 ..
             } => {
                 leases.extend(refunds);
-                gate.release(leases).await
+                link.release(leases).await
             }
             Held::Local(p) => {
                 p.cancel();
@@ -223,26 +206,29 @@ impl RedisPermit {
     }
 }
 
-/// The largest count sent to the scripts: Lua numbers are doubles, whose integers
-/// are exact up to 2^53 − 1.
-const MAX_SCRIPT_COUNT: i128 = (1 << 53) - 1;
+// === impl TokenHold ===
 
-fn reconcile(t: &TokenHold, actual: u64) -> Option<Op> {
-    let [.., burst] = t.params;
-    // Beyond two bursts the debt bound binds anyway (`release.lua` caps it there too),
-    // so the count sent is capped there, and at what Lua holds exactly (which two
-    // bursts of a quota that Redis can run never reach): the same state as in memory.
-    let delta = (i128::from(actual) - i128::from(t.estimate))
-        .min(2 * i128::from(burst))
-        .min(MAX_SCRIPT_COUNT);
-    (delta != 0).then(|| Op::Bucket {
-        key: t.key.clone(),
-        params: t.params,
-        delta,
-        at: -1,
-        since: -1,
-        charged: 0,
-    })
+impl TokenHold {
+    /// What settles the estimate against the `actual` count: a charge of the tokens
+    /// used beyond it, or a refund of those not used; `None` when they are equal.
+    fn reconcile(&self, actual: u64) -> Option<Op> {
+        let [.., burst] = self.params;
+        // Beyond two bursts the debt bound binds anyway (`release.lua` caps it there
+        // too), so the count sent is capped there, and at what Lua holds exactly (which
+        // two bursts of a quota that Redis can run never reach): the same state as in
+        // memory.
+        let delta = (i128::from(actual) - i128::from(self.estimate))
+            .min(2 * i128::from(burst))
+            .min(MAX_SCRIPT_COUNT);
+        (delta != 0).then(|| Op::Bucket {
+            key: self.key.clone(),
+            params: self.params,
+            delta,
+            at: -1,
+            since: -1,
+            charged: 0,
+        })
+    }
 }
 
 impl Drop for RedisPermit {
@@ -250,9 +236,9 @@ impl Drop for RedisPermit {
         if self.done {
             return;
         }
-        if let Held::Remote { gate, leases, .. } = &mut self.held {
+        if let Held::Remote { link, leases, .. } = &mut self.held {
             if !leases.is_empty() {
-                gate.release_in_background(std::mem::take(leases));
+                link.release_in_background(std::mem::take(leases));
             }
         }
     }

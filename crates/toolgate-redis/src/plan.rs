@@ -7,7 +7,7 @@ use std::time::Duration;
 use toolgate::{Call, Reason, Rejection};
 
 use crate::keys::partition_key;
-use crate::permit::Op;
+use crate::op::Op;
 use crate::quota::{Params, Quota, Tool};
 
 /// One quota of a call, with its key and cost.

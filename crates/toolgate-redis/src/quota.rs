@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use toolgate::compile::{tool_quotas, Limit, QuotaSpec};
 use toolgate::config::{Config, OnLimit, Rate, UnknownTools};
+use toolgate::{Call, Reason, Rejection};
 
 use crate::error::StoreError;
 use crate::keys::{quota_key, SlotGroups};
@@ -67,8 +68,8 @@ pub(crate) struct Tool {
 /// The compiled policy.
 #[derive(Debug)]
 pub(crate) struct Compiled {
-    pub(crate) tools: BTreeMap<String, Arc<Tool>>,
-    pub(crate) unknown: UnknownTools,
+    tools: BTreeMap<String, Arc<Tool>>,
+    unknown: UnknownTools,
 }
 
 // === impl Params ===
@@ -208,6 +209,26 @@ impl Compiled {
             tools,
             unknown: config.unknown_tools,
         })
+    }
+
+    /// The tool of `call`; `None` for an unknown tool that is allowed.
+    ///
+    /// # Errors
+    ///
+    /// An unknown tool under `unknown_tools = "deny"`.
+    pub(crate) fn resolve(&self, call: &Call<'_>) -> Result<Option<Arc<Tool>>, Rejection> {
+        let Some(tool) = self.tools.get(call.tool_name()) else {
+            return match self.unknown {
+                UnknownTools::Deny => Err(Rejection::new(
+                    call.tool_name(),
+                    "unknown_tools",
+                    Reason::UnknownTool,
+                    None,
+                )),
+                _ => Ok(None),
+            };
+        };
+        Ok(Some(tool.clone()))
     }
 }
 

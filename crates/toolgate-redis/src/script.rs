@@ -1,12 +1,22 @@
-//! The wire protocol of the Lua scripts: arguments in, replies out.
+//! The wire protocol of the Lua scripts: arguments in, replies out. Running them is
+//! the link's (`link.rs`); what they mean, the plan's and the permit's.
 
-use std::sync::Arc;
+use redis::{Script, ScriptInvocation};
 
 use crate::error::StoreError;
-use crate::permit::Op;
-use crate::plan::{live, Step};
+use crate::op::Op;
+use crate::plan::Step;
 use crate::quota::Params;
-use crate::store::Gate;
+
+/// The three scripts, loaded into Redis on first use (EVALSHA, then EVAL on
+/// `NOSCRIPT`). Cheap to clone: a reload's gate keeps its predecessor's.
+#[derive(Debug, Clone)]
+pub(crate) struct Scripts {
+    admit: Script,
+    /// `admit.lua` specialised for one enforced bucket, now or never.
+    admit_bucket: Script,
+    release: Script,
+}
 
 /// The admission script's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,50 +34,46 @@ pub(crate) enum Reply {
     },
 }
 
-// === impl Gate ===
+// === impl Scripts ===
 
-impl Gate {
-    /// The script's time argument: Redis' clock unless a test clock is set.
-    pub(crate) fn now_arg(&self) -> String {
-        self.clock
-            .as_ref()
-            .map(|c| (c.now() / 1000).to_string())
-            .unwrap_or_default()
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            admit: Script::new(include_str!("scripts/admit.lua")),
+            admit_bucket: Script::new(include_str!("scripts/admit_bucket.lua")),
+            release: Script::new(include_str!("scripts/release.lua")),
+        }
     }
 
-    pub(crate) async fn run_admit(
+    /// The admission of the `live` steps (those with a cost, at least one) at `now`
+    /// (empty: Redis' clock; else Redis µs), waiting up to `max_wait_us` (< 0: now or
+    /// never), for admission `id`, with leases that live `lease_ttl_us`.
+    pub(crate) fn admit(
         &self,
-        steps: &[Step],
+        now: &str,
+        live: &[&Step],
         id: &str,
         max_wait_us: i64,
-    ) -> Result<Reply, StoreError> {
-        let live = live(steps);
-        if live.is_empty() {
-            return Ok(Reply::Admitted {
-                at: 0,
-                wait: 0,
-                shadow_ok: true,
-                shadow_blame: 0,
-            });
-        }
+        lease_ttl_us: u64,
+    ) -> ScriptInvocation<'_> {
         // The common call — one enforced bucket, now or never — runs the specialised
         // script: the same arguments and replies, less work for Redis.
         let one_bucket = matches!(
-            live.as_slice(),
+            live,
             [s] if !s.quota.spec.is_shadow() && matches!(s.quota.params, Params::Bucket { .. })
         ) && max_wait_us < 0;
         let script = if one_bucket {
-            &self.admit_bucket_script
+            &self.admit_bucket
         } else {
-            &self.admit_script
+            &self.admit
         };
         let mut inv = script.prepare_invoke();
-        inv.arg(self.now_arg())
+        inv.arg(now)
             .arg(max_wait_us)
             .arg(id)
-            .arg(self.lease_ttl.micros())
+            .arg(lease_ttl_us)
             .arg(live.len());
-        for s in &live {
+        for s in live {
             let [a, b, c, d] = s.quota.params.args();
             inv.key(&s.key)
                 .arg(s.quota.params.kind().to_string())
@@ -78,18 +84,14 @@ impl Gate {
                 .arg(c)
                 .arg(d);
         }
-        let value = self.conn.invoke("admit", &inv, self.timeout).await?;
-        parse_reply(value, live.len())
+        inv
     }
 
-    /// Runs release operations in one round trip.
-    pub(crate) async fn release(&self, ops: Vec<Op>) -> Result<(), StoreError> {
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let mut inv = self.release_script.prepare_invoke();
-        inv.arg(self.now_arg()).arg(ops.len());
-        for op in &ops {
+    /// The release of `ops` at `now` (as for [`Scripts::admit`]).
+    pub(crate) fn release(&self, now: &str, ops: &[Op]) -> ScriptInvocation<'_> {
+        let mut inv = self.release.prepare_invoke();
+        inv.arg(now).arg(ops.len());
+        for op in ops {
             match op {
                 Op::Members { key, id, from, to } => {
                     inv.key(key)
@@ -125,50 +127,43 @@ impl Gate {
                 }
             }
         }
-        self.conn
-            .invoke("release", &inv, self.timeout)
-            .await
-            .map(drop)
-    }
-
-    /// Runs release operations in a spawned task (from `Drop`).
-    pub(crate) fn release_in_background(self: &Arc<Self>, ops: Vec<Op>) {
-        let me = self.clone();
-        let task = async move {
-            if let Err(e) = me.release(ops).await {
-                tracing::warn!(error = %e, "release failed; leases expire after their TTL");
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => drop(h.spawn(task)),
-            Err(_) => drop(self.handle.spawn(task)),
-        }
+        inv
     }
 }
 
-pub(crate) fn parse_reply(value: redis::Value, n: usize) -> Result<Reply, StoreError> {
-    let bad = |v: &dyn std::fmt::Debug| StoreError::Reply {
-        op: "admit",
-        reply: format!("{v:?}"),
-    };
-    let nums: Vec<i64> = redis::from_redis_value_ref(&value).map_err(|_| bad(&value))?;
-    let index = |i: i64| usize::try_from(i).ok().filter(|i| (1..=n).contains(i));
-    match nums.as_slice() {
-        [1, at, wait, ok, blame] => Ok(Reply::Admitted {
-            at: *at,
-            wait: *wait,
-            shadow_ok: *ok == 1,
-            shadow_blame: if *blame == 0 {
-                0
-            } else {
-                index(*blame).ok_or_else(|| bad(&nums))?
-            },
-        }),
-        [0, blame, code, retry] => Ok(Reply::Denied {
-            blame: index(*blame).ok_or_else(|| bad(&nums))?,
-            code: *code,
-            retry: *retry,
-        }),
-        _ => Err(bad(&nums)),
+// === impl Reply ===
+
+impl Reply {
+    /// Reads the admission script's reply for `n` live steps.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Reply`] for anything the script never returns (a blamed step
+    /// outside `1..=n` included).
+    pub(crate) fn parse(value: redis::Value, n: usize) -> Result<Self, StoreError> {
+        let bad = |v: &dyn std::fmt::Debug| StoreError::Reply {
+            op: "admit",
+            reply: format!("{v:?}"),
+        };
+        let nums: Vec<i64> = redis::from_redis_value_ref(&value).map_err(|_| bad(&value))?;
+        let index = |i: i64| usize::try_from(i).ok().filter(|i| (1..=n).contains(i));
+        match nums.as_slice() {
+            [1, at, wait, ok, blame] => Ok(Self::Admitted {
+                at: *at,
+                wait: *wait,
+                shadow_ok: *ok == 1,
+                shadow_blame: if *blame == 0 {
+                    0
+                } else {
+                    index(*blame).ok_or_else(|| bad(&nums))?
+                },
+            }),
+            [0, blame, code, retry] => Ok(Self::Denied {
+                blame: index(*blame).ok_or_else(|| bad(&nums))?,
+                code: *code,
+                retry: *retry,
+            }),
+            _ => Err(bad(&nums)),
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use toolgate::{Call, Completion, Policy};
+use toolgate::{Call, Completion, Engine, Policy};
 
 use crate::support::{prefix, redis_available, store, RedisServer};
 
@@ -33,20 +33,7 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
     let engine = toolgate_redis::engine(policy, &store)
         .await
         .expect("connect");
-    for _ in 0..3 {
-        drop(
-            engine
-                .admit_now(&Call::new("b").tokens(200))
-                .await
-                .expect("b"),
-        );
-        drop(
-            engine
-                .admit_now(&Call::new("s").tenant("acme"))
-                .await
-                .expect("s"),
-        );
-    }
+    admit_and_drop_three_each(&engine).await;
     let c = engine.admit_now(&Call::new("c")).await.expect("c");
     let keys = server.keys(&p);
     assert_eq!(keys.len(), 4, "{keys:?}");
@@ -70,4 +57,22 @@ async fn an_idle_quota_leaves_no_keys_after_its_ttl() {
     assert_eq!(server.keys(&p).len(), 3);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(server.keys(&p), Vec::<String>::new());
+}
+
+/// Three calls each of `b` (200 tokens) and `s` (tenant `acme`), each dropped at once.
+async fn admit_and_drop_three_each(engine: &Engine) {
+    for _ in 0..3 {
+        drop(
+            engine
+                .admit_now(&Call::new("b").tokens(200))
+                .await
+                .expect("b"),
+        );
+        drop(
+            engine
+                .admit_now(&Call::new("s").tenant("acme"))
+                .await
+                .expect("s"),
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! filter that selects only [`child_worker`], passing the server and the start time
 //! through the environment.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -43,48 +43,13 @@ fn four_processes_share_one_quota_exactly() {
     let server = RedisServer::start();
     let p = prefix("multiproc");
     let start = unix_ms() + 1_500;
-    let exe = std::env::current_exe().expect("test binary");
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            Command::new(&exe)
-                .args([
-                    "multiproc::child_worker",
-                    "--exact",
-                    "--nocapture",
-                    "--test-threads",
-                    "1",
-                ])
-                .env("TOOLGATE_MP_URL", server.url())
-                .env("TOOLGATE_MP_PREFIX", &p)
-                .env("TOOLGATE_MP_START", start.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn a child process")
-        })
-        .collect();
+    let children = spawn_children(&server.url(), &p, start);
     let mut total = 0;
     let mut each = Vec::new();
     let (mut first, mut last) = (u64::MAX, 0);
     for child in children {
-        let out = child.wait_with_output().expect("child finishes");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let n: u64 = text
-            .lines()
-            .find_map(|l| l.split_once("ADMITTED ").map(|(_, n)| n))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("child printed no count: {text}"));
-        assert!(out.status.success(), "child failed: {text}");
-        let span: Vec<u64> = text
-            .lines()
-            .find_map(|l| l.split_once("SPAN ").map(|(_, s)| s))
-            .map(|s| {
-                s.split_whitespace()
-                    .filter_map(|n| n.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let [a, b] = span[..] {
+        let (n, span) = child_result(child);
+        if let Some((a, b)) = span {
             first = first.min(a);
             last = last.max(b);
         }
@@ -113,6 +78,59 @@ fn four_processes_share_one_quota_exactly() {
         each.iter().all(|n| *n > 0),
         "every process got a share: {each:?}"
     );
+}
+
+/// Starts the [`PROCESSES`] children on the server at `url`, under key prefix `p`,
+/// to start sending at `start` (Unix ms).
+fn spawn_children(url: &str, p: &str, start: u64) -> Vec<Child> {
+    let exe = std::env::current_exe().expect("test binary");
+    (0..PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "multiproc::child_worker",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("TOOLGATE_MP_URL", url)
+                .env("TOOLGATE_MP_PREFIX", p)
+                .env("TOOLGATE_MP_START", start.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn a child process")
+        })
+        .collect()
+}
+
+/// What a child printed once it finished: the calls it admitted, and the span (Unix
+/// µs) from its first request sent to its last answer received, if it measured one.
+fn child_result(child: Child) -> (u64, Option<(u64, u64)>) {
+    let out = child.wait_with_output().expect("child finishes");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let n: u64 = text
+        .lines()
+        .find_map(|l| l.split_once("ADMITTED ").map(|(_, n)| n))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("child printed no count: {text}"));
+    assert!(out.status.success(), "child failed: {text}");
+    let span: Vec<u64> = text
+        .lines()
+        .find_map(|l| l.split_once("SPAN ").map(|(_, s)| s))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let span = if let [a, b] = span[..] {
+        Some((a, b))
+    } else {
+        None
+    };
+    (n, span)
 }
 
 /// The child's part: does nothing unless started by the test above.

@@ -197,13 +197,6 @@ fn the_release_script_bounds_any_token_charge_exactly() {
                 .arg(&[-1, -1, 0])
                 .invoke::<i64>(conn)
         };
-    let tat = |conn: &mut redis::Connection, key: &str| -> (u64, u64) {
-        redis::cmd("HMGET")
-            .arg(key)
-            .arg(&["t", "k"])
-            .query(conn)
-            .expect("state")
-    };
     // 100/s (10 ms a token); 3/s (333 333⅓ µs a token) with bursts of 3 and 2: a
     // full bucket at `now`, then empty, then one burst owed (in whole µs and thirds).
     let cases = [
@@ -236,6 +229,15 @@ fn the_release_script_bounds_any_token_charge_exactly() {
             );
         }
     }
+}
+
+/// A bucket's state: its TAT in whole µs and the remainder in `1/den` µs.
+fn tat(conn: &mut redis::Connection, key: &str) -> (u64, u64) {
+    redis::cmd("HMGET")
+        .arg(key)
+        .arg(&["t", "k"])
+        .query(conn)
+        .expect("state")
 }
 
 /// Issue #13, item 10: the lease TTL of an engine's Redis store can be changed

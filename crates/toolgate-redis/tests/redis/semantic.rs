@@ -8,7 +8,11 @@ use toolgate::{Call, Completion, Reason, Rejection};
 use crate::backend::{Backend, Factory};
 
 mod debt;
+mod reserve;
+mod wait;
 pub use debt::*;
+pub use reserve::*;
+pub use wait::*;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -149,54 +153,6 @@ pub async fn concurrency_is_released<F: Factory>(f: &F) {
     assert!(b.try_admit(&c).await.is_ok(), "slot freed by drop");
 }
 
-/// An unused part of a reservation gives back everything it charged: request
-/// bucket (the pool's), token budget, sliding entry and concurrency slot. (One tool
-/// and its pool: in a Redis Cluster a plan's quotas share one slot group.)
-pub async fn an_unused_reservation_gives_its_charges_back<F: Factory>(f: &F) {
-    let b = f
-        .make(
-            "[pools.p]\nrate = \"2/h\"\n\
-             [tools.r]\nrate = \"2/h\"\nwindow = \"sliding\"\ntokens = \"2/h\"\n\
-             concurrency = 2\npools = [\"p\"]",
-        )
-        .await;
-    let r = Call::new("r").tokens(1);
-    let mut parts = b.try_admit_all(&[r, r]).await.expect("the plan fits");
-    assert!(b.try_admit(&r).await.is_err(), "every quota of r is spent");
-    // Give one part back; the other stays held.
-    let part = parts.pop().expect("two parts");
-    b.cancel(part).await;
-    let again = b
-        .try_admit(&r)
-        .await
-        .expect("all four quotas gave one back");
-    // Exactly one: nothing was given back twice.
-    let no = b.try_admit(&r).await.expect_err("spent again");
-    assert_eq!(no.reason(), Reason::RateLimited, "{no:?}");
-    drop((again, parts));
-}
-
-/// A part given back later does not refund the refill its bucket would have wasted
-/// while full: the result is exactly "as if never reserved".
-pub async fn a_late_give_back_never_refunds_wasted_refill<F: Factory>(f: &F) {
-    let b = f.make("[tools.t]\nrate = \"2/s\"\nburst = 2").await;
-    let t = Call::new("t");
-    // Reserved from a full bucket at 0; another call at 1 ms; the part given back then.
-    let mut part = b.try_admit_all(&[t]).await.expect("fits");
-    b.clock().advance(MS);
-    let first = b.try_admit(&t).await.expect("the second token");
-    b.cancel(part.pop().expect("one part")).await;
-    let second = b.try_admit(&t).await.expect("the part's token came back");
-    // Had the part never been reserved, the bucket was full until 1 ms: two calls at
-    // 1 ms leave the next token at 501 ms, not at 500 ms.
-    let no = b.try_admit(&t).await.expect_err("empty");
-    assert_eq!(
-        why(&no),
-        (Reason::RateLimited, "tools.t.rate", Some(500 * MS))
-    );
-    drop((first, second));
-}
-
 /// A tool draws from its own quotas and its pools'; the pool names itself.
 pub async fn pools_are_shared<F: Factory>(f: &F) {
     let b = f
@@ -276,8 +232,15 @@ pub async fn tenants_have_their_own_partitions<F: Factory>(f: &F) {
     assert!(b.try_admit(&Call::new("t").tenant("")).await.is_err());
 }
 
-/// A denied call consumes nothing anywhere: not the pool, not the concurrency.
+/// A denied call consumes nothing anywhere: not the pool, not the concurrency; a
+/// denied plan charges none of its calls.
 pub async fn a_denied_call_charges_nothing<F: Factory>(f: &F) {
+    a_denied_single_call_charges_nothing(f).await;
+    a_denied_plan_charges_nothing(f).await;
+}
+
+/// The single calls of [`a_denied_call_charges_nothing`].
+async fn a_denied_single_call_charges_nothing<F: Factory>(f: &F) {
     let b = f
         .make(
             r#"
@@ -323,7 +286,10 @@ pub async fn a_denied_call_charges_nothing<F: Factory>(f: &F) {
         );
     }
     b.complete(p, Completion::success()).await;
+}
 
+/// The plans of [`a_denied_call_charges_nothing`].
+async fn a_denied_plan_charges_nothing<F: Factory>(f: &F) {
     // A plan is all-or-nothing too: the second call fails, the first is not charged.
     let b = f
         .make(
@@ -411,89 +377,6 @@ pub async fn unknown_tools_are_allowed_or_denied<F: Factory>(f: &F) {
     let no = b.try_admit(&Call::new("nope")).await.expect_err("denied");
     assert_eq!(why(&no), (Reason::UnknownTool, "unknown_tools", None));
     assert_eq!(no.tool(), "nope");
-}
-
-/// Wait mode: the predicted wait is checked up front, then the call sleeps until its
-/// reserved time.
-pub async fn waiters_sleep_until_their_reserved_time<F: Factory>(f: &F) {
-    let b = f
-        .make("[tools.w]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"")
-        .await;
-    let first = b.admit(&Call::new("w")).await.expect("immediate");
-    assert_eq!(<F::B as Backend>::waited(&first), Duration::ZERO);
-    let second_call = Call::new("w");
-    let (second, ()) = tokio::join!(b.admit(&second_call), async {
-        while b.clock().sleepers() == 0 {
-            tokio::time::sleep(MS).await;
-        }
-        // The second reserved 100 ms; a third would wait 200 ms, more than it accepts.
-        let no = b
-            .admit(&Call::new("w").max_wait(Duration::from_millis(150)))
-            .await
-            .expect_err("predicted wait too long");
-        assert_eq!(
-            why(&no),
-            (Reason::MaxWaitExceeded, "tools.w.rate", Some(200 * MS))
-        );
-        b.clock().advance(100 * MS);
-    });
-    let second = second.expect("admitted after waiting");
-    assert_eq!(<F::B as Backend>::waited(&second), 100 * MS);
-}
-
-/// A waiter that leaves before its time gives its reservation back.
-pub async fn a_cancelled_waiter_gives_its_time_back<F: Factory>(f: &F) {
-    let b = f
-        .make("[tools.w]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"")
-        .await;
-    let first = b.admit(&Call::new("w")).await.expect("immediate");
-    let waiter = Call::new("w");
-    tokio::select! {
-        r = b.admit(&waiter) => panic!("the waiter cannot be admitted before its time: {r:?}"),
-        () = async {
-            while b.clock().sleepers() == 0 {
-                tokio::time::sleep(MS).await;
-            }
-        } => {}
-    }
-    // The waiter is gone (its future dropped); its reserved slot at +100 ms is free.
-    b.settle().await;
-    b.clock().advance(100 * MS);
-    assert!(
-        b.try_admit(&Call::new("w")).await.is_ok(),
-        "the slot came back"
-    );
-    let no = b
-        .try_admit(&Call::new("w"))
-        .await
-        .expect_err("one per 100 ms");
-    assert_eq!(no.retry_after(), Some(100 * MS));
-    drop(first);
-}
-
-/// A wait cap (a caller's own deadline, issue #13 item 9) bounds the tool's
-/// `max_wait`: a longer predicted wait is refused at once, charging nothing.
-pub async fn a_wait_cap_refuses_a_longer_wait_at_once<F: Factory>(f: &F) {
-    let b = f
-        .make("[tools.w]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"")
-        .await;
-    let first = b.admit(&Call::new("w")).await.expect("immediate");
-    let capped = Call::new("w").cap_wait(50 * MS);
-    // Bounded in real time: a call that ignored its cap would sleep on the manual clock.
-    let no = tokio::time::timeout(Duration::from_secs(5), b.admit(&capped))
-        .await
-        .expect("refused at once, not left waiting")
-        .expect_err("the next slot is 100 ms away, beyond the cap");
-    assert_eq!(
-        why(&no),
-        (Reason::MaxWaitExceeded, "tools.w.rate", Some(100 * MS))
-    );
-    b.clock().advance(100 * MS);
-    assert!(
-        b.try_admit(&Call::new("w")).await.is_ok(),
-        "nothing charged"
-    );
-    drop(first);
 }
 
 /// Instantiates every case of the suite for one factory expression.

@@ -1,0 +1,240 @@
+//! A gate's link to Redis: what every part of the gate needs of Redis, and nothing of
+//! the policy. It runs the scripts over the connection within the store's timeout, on
+//! Redis' clock (or a test clock), with leases that live the lease TTL; it names each
+//! admission with a unique id; and it knows whether Redis answers: after an outage it
+//! is marked down (admissions then take the `on_store_error` path at once) and probed
+//! every 100 ms until it answers again.
+//!
+//! The gate composes a link with the policy's side (the compiled quotas, the
+//! fallback, the grants); permits, grants and waiters hold the link alone, to give
+//! back what they took.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::config::StoreConfig;
+use toolgate::Clock;
+
+use crate::conn::Conn;
+use crate::error::StoreError;
+use crate::ids::Ids;
+use crate::lease::LeaseTtl;
+use crate::op::Op;
+use crate::plan::{live, Step};
+use crate::script::{Reply, Scripts};
+
+/// How often a store that stopped answering is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// The link of one gate to Redis. Shared (`Arc`) by the gate and by what it hands out;
+/// a reload's gate gets a link derived from its predecessor's ([`Link::derived`]).
+pub(crate) struct Link {
+    conn: Conn,
+    scripts: Scripts,
+    /// The bound of every round trip.
+    timeout: Duration,
+    /// How long a concurrency lease lives in Redis unless released.
+    lease_ttl: LeaseTtl,
+    /// Replaces Redis' clock (tests only).
+    clock: Option<Arc<dyn Clock>>,
+    /// The runtime that carries the store's I/O and background tasks.
+    handle: tokio::runtime::Handle,
+    ids: Ids,
+    /// Redis stopped answering: admissions take the `on_store_error` path.
+    down: AtomicBool,
+    /// A probe is running.
+    probing: AtomicBool,
+}
+
+// === impl Link ===
+
+impl Link {
+    /// Connects to the Redis of `store` (see `conn.rs`), on the current Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// When the URL cannot be parsed, or a cluster cannot be reached.
+    pub(crate) async fn connect(
+        store: &StoreConfig,
+        lease_ttl: Duration,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Result<Self, StoreError> {
+        let conn = Conn::connect(&store.url, store.timeout).await?;
+        Ok(Self {
+            conn,
+            scripts: Scripts::new(),
+            timeout: store.timeout,
+            lease_ttl: LeaseTtl::new(lease_ttl),
+            clock,
+            handle: tokio::runtime::Handle::current(),
+            ids: Ids::new(),
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+        })
+    }
+
+    /// The link of a reload's gate: the same connection, scripts, timeout, clock and
+    /// lease TTL (a new TTL applies to both), its own ids, and believed up.
+    pub(crate) fn derived(&self) -> Self {
+        Self {
+            conn: self.conn.clone(),
+            scripts: self.scripts.clone(),
+            timeout: self.timeout,
+            lease_ttl: self.lease_ttl.clone(),
+            clock: self.clock.clone(),
+            handle: self.handle.clone(),
+            ids: Ids::new(),
+            down: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    /// The test clock that replaces Redis', if any.
+    pub(crate) fn clock(&self) -> Option<&Arc<dyn Clock>> {
+        self.clock.as_ref()
+    }
+
+    /// Sets how long concurrency leases admitted from now on live in Redis unless
+    /// released (clamped as [`crate::Builder::lease_ttl`]); leases already held keep
+    /// theirs. Every link derived from this one, or that it derives from, shares it.
+    pub(crate) fn set_lease_ttl(&self, ttl: Duration) {
+        self.lease_ttl.set(ttl);
+    }
+
+    /// A new admission id, unique across processes.
+    pub(crate) fn next_id(&self) -> Arc<str> {
+        self.ids.next().into()
+    }
+
+    /// Whether Redis is believed down (until a probe answers).
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
+    }
+
+    /// Marks Redis down after an outage (not after a script or cluster error) and
+    /// starts probing it.
+    pub(crate) fn failed(self: &Arc<Self>, e: &StoreError) {
+        let outage = match e {
+            StoreError::Timeout { .. } => true,
+            StoreError::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_connection_refusal()
+                    || source.is_connection_dropped()
+            }
+            _ => false,
+        };
+        tracing::warn!(error = %e, outage, "redis store error");
+        if !outage {
+            return;
+        }
+        self.down.store(true, Ordering::Release);
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        self.spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                if me.conn.ping(me.timeout).await.is_ok() {
+                    me.down.store(false, Ordering::Release);
+                    me.probing.store(false, Ordering::Release);
+                    tracing::info!("redis store answers again");
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Runs the admission script on `steps` (those with a cost) for admission `id`:
+    /// one round trip, bounded by the store's timeout; `max_wait_us` < 0 means now or
+    /// never. Steps that all cost nothing are admitted without asking Redis.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer, or answered what the script never does.
+    pub(crate) async fn run_admit(
+        &self,
+        steps: &[Step],
+        id: &str,
+        max_wait_us: i64,
+    ) -> Result<Reply, StoreError> {
+        let live = live(steps);
+        if live.is_empty() {
+            return Ok(Reply::Admitted {
+                at: 0,
+                wait: 0,
+                shadow_ok: true,
+                shadow_blame: 0,
+            });
+        }
+        let now = self.now_arg();
+        let ttl = self.lease_ttl.micros();
+        let inv = self.scripts.admit(&now, &live, id, max_wait_us, ttl);
+        let value = self.conn.invoke("admit", &inv, self.timeout).await?;
+        Reply::parse(value, live.len())
+    }
+
+    /// Runs release operations in one round trip, bounded by the store's timeout.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer.
+    pub(crate) async fn release(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let inv = self.scripts.release(&self.now_arg(), &ops);
+        self.conn
+            .invoke("release", &inv, self.timeout)
+            .await
+            .map(drop)
+    }
+
+    /// Runs release operations in a spawned task (from `Drop`).
+    pub(crate) fn release_in_background(self: &Arc<Self>, ops: Vec<Op>) {
+        let me = self.clone();
+        let task = async move {
+            if let Err(e) = me.release(ops).await {
+                tracing::warn!(error = %e, "release failed; leases expire after their TTL");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => drop(h.spawn(task)),
+            Err(_) => drop(self.handle.spawn(task)),
+        }
+    }
+
+    /// Sleeps until `at`, a time an admission reserved (Redis µs), `wait` from now:
+    /// on the test clock when one replaces Redis', else on Tokio's timer.
+    pub(crate) async fn sleep_until(&self, at: i64, wait: Duration) {
+        match &self.clock {
+            Some(c) => c.sleep_until(u64::try_from(at).unwrap_or(0) * 1000).await,
+            None => tokio::time::sleep(wait).await,
+        }
+    }
+
+    /// Runs `task` on the store's runtime.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.handle.spawn(task));
+    }
+
+    /// The scripts' time argument: Redis' clock unless a test clock is set.
+    fn now_arg(&self) -> String {
+        self.clock
+            .as_ref()
+            .map(|c| (c.now() / 1000).to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("conn", &self.conn)
+            .field("timeout", &self.timeout)
+            .field("degraded", &self.is_down())
+            .finish_non_exhaustive()
+    }
+}
