@@ -30,6 +30,6 @@ fi
 "$venv/bin/python" -m mypy --config-file crates/toolgate-py/pyproject.toml crates/toolgate-py/python/toolgate
 # The mesh example's test runs the gateway binary (built by 20-rust-tests.sh).
 cargo build -q -p toolgate-gateway --locked
-export TOOLGATE_BIN="$PWD/target/debug/toolgate"
+export TOOLGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate"
 cd crates/toolgate-py
 "../../$venv/bin/python" -m pytest -q -p no:cacheprovider tests

@@ -1,13 +1,14 @@
 //! `Engine`: the core engine behind `ToolRateLimitPolicy`.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 
+use arc_swap::ArcSwap;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use toolgate::config::{Config, OnLimit, UnknownTools};
+use toolgate::config::{Config, OnLimit, ToolConfig, UnknownTools};
 use toolgate::{Call, Clock, Policy};
 
 use crate::clock::{clock_of, duration, secs, PyManualClock};
@@ -22,14 +23,40 @@ use crate::waiting::{AdmitFuture, Step, Waiting};
 pub(crate) struct Engine {
     engine: toolgate::Engine,
     clock: Arc<dyn Clock>,
-    tools: BTreeSet<String>,
-    waiting_tools: BTreeSet<String>,
+    /// The tools of the policy in force (replaced when a tool is declared).
+    tools: ArcSwap<Tools>,
+    /// Serialises [`Engine::declare`]: each one reads the policy in force and puts a
+    /// new one in force.
+    declaring: Mutex<()>,
     deny_unknown: bool,
     /// The quotas live in a shared store (Redis): every admission is a round trip.
     shared: bool,
     /// The process that connected to the store: a child after `fork()` has neither
     /// the connection's thread nor a socket of its own.
     pid: u32,
+}
+
+/// The names of a policy's tools, and which of them wait when limited.
+#[derive(Debug)]
+struct Tools {
+    all: BTreeSet<String>,
+    waiting: BTreeSet<String>,
+}
+
+// === impl Tools ===
+
+impl Tools {
+    fn of(config: &Config) -> Self {
+        Self {
+            all: config.tools.keys().cloned().collect(),
+            waiting: config
+                .tools
+                .iter()
+                .filter(|(_, t)| t.on_limit == OnLimit::Wait)
+                .map(|(n, _)| n.clone())
+                .collect(),
+        }
+    }
 }
 
 // === impl Engine ===
@@ -42,13 +69,7 @@ impl Engine {
     ) -> PyResult<Self> {
         let config = config.map_err(|e| PyValueError::new_err(e.to_string()))?;
         let store = config.store.clone().filter(|s| s.url != "memory");
-        let tools: BTreeSet<String> = config.tools.keys().cloned().collect();
-        let waiting_tools = config
-            .tools
-            .iter()
-            .filter(|(_, t)| t.on_limit == OnLimit::Wait)
-            .map(|(n, _)| n.clone())
-            .collect();
+        let tools = ArcSwap::from_pointee(Tools::of(&config));
         let deny_unknown = config.unknown_tools == UnknownTools::Deny;
         let policy = Policy::new(config).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let manual = clock.is_some();
@@ -62,7 +83,7 @@ impl Engine {
             engine,
             clock,
             tools,
-            waiting_tools,
+            declaring: Mutex::new(()),
             deny_unknown,
             shared,
             pid: std::process::id(),
@@ -78,6 +99,28 @@ impl Engine {
                  (before fork()); create the policy in this process",
             ));
         }
+        Ok(())
+    }
+
+    /// The policy in force plus `tool`, put in force (see `declare`).
+    fn put_in_force(&self, tool: &str, declared: ToolConfig) -> Result<(), String> {
+        let _serial = self
+            .declaring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut config = self.engine.policy().config().clone();
+        if config.tools.contains_key(tool) {
+            return Err(format!(
+                "{tool:?}: this policy already has a limit for the tool"
+            ));
+        }
+        config.tools.insert(tool.to_owned(), declared);
+        let tools = Tools::of(&config);
+        let policy = Policy::new(config).map_err(|e| e.to_string())?;
+        self.engine
+            .try_apply(policy)
+            .map_err(|e| format!("store: {e}"))?;
+        self.tools.store(Arc::new(tools));
         Ok(())
     }
 
@@ -151,7 +194,7 @@ impl Engine {
     ) -> PyResult<Py<PyAny>> {
         self.check_process()?;
         let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
-        let waits = max_wait.is_some() || self.waiting_tools.contains(tool);
+        let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
         if !waits && !self.shared {
             return self.try_admit(py, tool, tenant, tokens);
         }
@@ -179,7 +222,23 @@ impl Engine {
 
     /// The tools that have a policy, sorted.
     fn tools(&self) -> Vec<String> {
-        self.tools.iter().cloned().collect()
+        self.tools.load().all.iter().cloned().collect()
+    }
+
+    /// Puts `tool` with `table` (a tool table of the config format, as JSON) into the
+    /// policy in force. The other tools keep their state and waiters (the core's
+    /// `Engine::try_apply`); on a shared store the store takes the new policy too.
+    fn declare(&self, py: Python<'_>, tool: &str, table: &str) -> PyResult<()> {
+        let table: serde_json::Value = serde_json::from_str(table)
+            .map_err(|e| PyValueError::new_err(format!("tools.{tool}: {e}")))?;
+        let mut one = Config::from_value(&serde_json::json!({ "tools": { tool: table } }))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let declared = one.tools.remove(tool).ok_or_else(|| {
+            PyValueError::new_err(format!("tools.{tool}: the table declares no tool"))
+        })?;
+        // Without the GIL: a second declare waiting for the lock must not hold it.
+        py.detach(|| self.put_in_force(tool, declared))
+            .map_err(PyValueError::new_err)
     }
 
     /// Whether calls to tools without a policy are rejected (`unknown_tools = "deny"`).

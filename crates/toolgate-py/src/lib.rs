@@ -20,6 +20,10 @@ use pyo3::prelude::*;
 #[pyo3(name = "_toolgate")]
 fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add(
+        "MAX_WAIT_SECONDS",
+        toolgate::config::MAX_WAIT_LIMIT.as_secs_f64(),
+    )?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<permit::Permit>()?;
     m.add_class::<rejection::Rejection>()?;

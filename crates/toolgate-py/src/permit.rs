@@ -43,30 +43,43 @@ impl Permit {
 #[pymethods]
 impl Permit {
     /// Ends the call: releases concurrency, reconciles the token estimate with the
-    /// actual count and records the outcome. A second call does nothing.
-    #[pyo3(signature = (outcome = "success", *, tokens = None, latency = None))]
+    /// actual count and records the outcome; `retry_after` (seconds, the upstream's
+    /// `Retry-After`) pauses the tool. A second call does nothing.
+    #[pyo3(signature = (outcome = "success", *, tokens = None, latency = None, retry_after = None))]
     fn complete(
         &self,
         py: Python<'_>,
         outcome: &str,
         tokens: Option<u64>,
         latency: Option<f64>,
+        retry_after: Option<f64>,
     ) -> PyResult<()> {
         let outcome: Outcome = outcome
             .parse()
             .map_err(|e: String| PyValueError::new_err(format!("outcome: {e}")))?;
         let latency = latency.map(|l| duration("latency", l)).transpose()?;
+        let retry_after = retry_after
+            .map(|r| duration("retry_after", r))
+            .transpose()?;
         let Some(permit) = self.take() else {
             return Ok(());
         };
         let latency = latency.unwrap_or_else(|| {
             Duration::from_nanos(self.clock.now().saturating_sub(permit.admitted_at()))
         });
-        let completion = Completion::new(outcome).latency(latency);
-        match tokens {
-            // Reconciling a token estimate may re-plan the waiters' reservations.
-            Some(t) => py.detach(|| permit.complete(completion.tokens(t))),
-            None => permit.complete(completion),
+        let mut completion = Completion::new(outcome).latency(latency);
+        if let Some(t) = tokens {
+            completion = completion.tokens(t);
+        }
+        if let Some(r) = retry_after {
+            completion = completion.retry_after(r);
+        }
+        if tokens.is_some() || retry_after.is_some() {
+            // Reconciling a token estimate or pausing the tool may re-plan the
+            // waiters' reservations (and wake them).
+            py.detach(|| permit.complete(completion));
+        } else {
+            permit.complete(completion);
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ async context manager. See ``toolgate.middleware``, ``toolgate.openai_agents``,
 ``toolgate.langchain`` and ``toolgate.testing``.
 """
 
-from ._config import RateLimit
+from ._config import MAX_WAIT_SECONDS, RateLimit, ToolRateLimit
 from ._errors import AdmissionRejected
 from ._permits import rejection_result
 from ._policy import Decision, ToolRateLimitPolicy
@@ -23,9 +23,11 @@ from ._toolgate import Permit, Rejection, __version__
 __all__ = [
     "AdmissionRejected",
     "Decision",
+    "MAX_WAIT_SECONDS",
     "Permit",
     "RateLimit",
     "Rejection",
+    "ToolRateLimit",
     "ToolRateLimitPolicy",
     "__version__",
     "rejection_result",

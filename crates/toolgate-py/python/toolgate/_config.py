@@ -3,8 +3,9 @@
 ``ToolRateLimitPolicy(limits=..., on_limit=..., ...)``, ``from_dict`` and ``from_toml``
 all end as one config text that the Rust engine parses and checks. What is checked
 here is only what the Python signature adds (``RateLimit``, ``on_limit``,
-``max_wait``, ``store``, ``unknown_tools``); each error is a ``ValueError`` naming the
-field, the value and the rule.
+``max_wait``, ``store``, ``unknown_tools``, ``ToolRateLimit``); each error is a
+``ValueError`` (a ``TypeError`` for a value of the wrong type) naming the field, the
+value and the rule.
 """
 
 from __future__ import annotations
@@ -13,11 +14,19 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["RateLimit", "config_json", "limits_config", "read_toml"]
+from ._toolgate import MAX_WAIT_SECONDS
+
+__all__ = ["MAX_RPM", "MAX_WAIT_SECONDS", "RateLimit", "ToolRateLimit", "config_json", "limits_config", "read_toml"]
+
+#: The most calls a ``ToolRateLimit`` window may hold: its log keeps one entry per
+#: admission still in the window, so the count bounds its memory (16 MB at most).
+MAX_RPM = 1_000_000
+#: The longest ``per`` of a ``ToolRateLimit``, in seconds (a day).
+MAX_PER_SECONDS = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -46,8 +55,63 @@ class RateLimit:
         return cfg
 
 
+@dataclass(frozen=True)
+class ToolRateLimit:
+    """At most ``rpm`` calls in any interval of ``per`` seconds (default 60): an
+    exact sliding window per tool.
+
+    ``behavior="wait"`` (default) queues a call that does not fit, in FIFO order,
+    when its wait, predicted up front, is at most ``max_wait_seconds`` (``None``:
+    the longest wait the engine allows, ``MAX_WAIT_SECONDS``, one hour); a call that
+    would wait longer is rejected at once with ``max_wait_exceeded``. ``"error"``
+    rejects it at once with ``rate_limited``.
+
+    Raises ``TypeError`` for a missing ``rpm`` or a value of the wrong type, and
+    ``ValueError`` naming the field for a value out of range.
+    """
+
+    rpm: int | None = None
+    _: KW_ONLY
+    per: float = 60.0
+    behavior: Literal["wait", "error"] = "wait"
+    max_wait_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.rpm is None:
+            raise TypeError("ToolRateLimit: rpm is required (the calls allowed per window)")
+        if isinstance(self.rpm, bool) or not isinstance(self.rpm, int):
+            raise TypeError(f"rpm: {self.rpm!r}: must be a whole number")
+        if not 1 <= self.rpm <= MAX_RPM:
+            raise _field_error("rpm", self.rpm, f"must be between 1 and {MAX_RPM}")
+        _seconds("per", self.per, positive=True)
+        if self.per > MAX_PER_SECONDS:
+            raise _field_error("per", self.per, f"must be at most {MAX_PER_SECONDS:g} seconds")
+        if self.behavior not in ("wait", "error"):
+            raise _field_error("behavior", self.behavior, 'must be "wait" or "error"')
+        if self.max_wait_seconds is not None:
+            if self.behavior == "error":
+                raise _field_error("max_wait_seconds", self.max_wait_seconds, 'applies only to behavior="wait"')
+            _seconds("max_wait_seconds", self.max_wait_seconds)
+            if self.max_wait_seconds > MAX_WAIT_SECONDS:
+                raise _field_error(
+                    "max_wait_seconds", self.max_wait_seconds, f"must be at most {MAX_WAIT_SECONDS:g} (waits are bounded)"
+                )
+
+    def to_config(self) -> dict[str, Any]:
+        """The equivalent tool table in the config format (contract §3)."""
+        cfg: dict[str, Any] = {"rate": f"{self.rpm}/{_nanos(self.per)}", "window": "sliding"}
+        if self.behavior == "error":
+            cfg["on_limit"] = "reject"
+            cfg["max_wait"] = "0s"
+        else:
+            wait = MAX_WAIT_SECONDS if self.max_wait_seconds is None else self.max_wait_seconds
+            cfg["on_limit"] = "wait"
+            cfg["max_wait"] = _nanos(wait) if wait else "0s"
+        return cfg
+
+
 def limits_config(
-    limits: Mapping[str, RateLimit | Mapping[str, Any]] | None,
+    limits: Mapping[str, RateLimit | ToolRateLimit | Mapping[str, Any]] | None,
     on_limit: str,
     max_wait: float,
     store: str | None,
@@ -65,17 +129,17 @@ def limits_config(
     if limits is None:
         limits = {}
     if not isinstance(limits, Mapping):
-        raise _field_error("limits", limits, "must be a mapping of tool names to RateLimit")
+        raise _field_error("limits", limits, "must be a mapping of tool names to RateLimit or ToolRateLimit")
     tools: dict[str, Any] = {}
     for name, limit in limits.items():
         if not isinstance(name, str) or not name:
             raise _field_error("limits", name, "tool names must be non-empty strings")
-        if isinstance(limit, RateLimit):
+        if isinstance(limit, (RateLimit, ToolRateLimit)):
             tool = limit.to_config()
         elif isinstance(limit, Mapping):
             tool = dict(limit)
         else:
-            raise _field_error(f"limits[{name!r}]", limit, "must be a RateLimit or a tool config dict")
+            raise _field_error(f"limits[{name!r}]", limit, "must be a RateLimit, a ToolRateLimit or a tool config dict")
         tool.setdefault("on_limit", on_limit)
         tool.setdefault("max_wait", _nanos(wait) if wait else "0s")
         tools[name] = tool

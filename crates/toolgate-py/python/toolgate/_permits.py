@@ -12,7 +12,10 @@ exactly as if it had never come.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import functools
+import math
+import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
@@ -22,7 +25,11 @@ from ._toolgate import Permit, Rejection, Waiting
 
 T = TypeVar("T")
 
-__all__ = ["Guard", "finish", "hold", "rejection_result", "wait"]
+__all__ = ["Guard", "finish", "hold", "rejection_result", "upstream_retry_after", "wait"]
+
+#: The longest upstream pause taken from an exception, in seconds; the engine cuts
+#: it further to the tool's ``max_pause`` (5 minutes unless configured).
+_LONGEST_PAUSE = 86_400.0
 
 
 class Guard:
@@ -93,13 +100,80 @@ async def hold(permit: Permit, call: Callable[[], Awaitable[T]]) -> T:
 
 def finish(permit: Permit, error: BaseException | None) -> None:
     """Ends the permit of a call that ended with ``error``: ``success`` when there is
-    none, released without an outcome when the call was cancelled, ``error`` else."""
+    none, released without an outcome when the call was cancelled, ``error`` else —
+    with the upstream's ``Retry-After`` when ``error`` carries one (see
+    :func:`upstream_retry_after`), which pauses the tool."""
     if error is None:
         permit.complete("success")
     elif isinstance(error, asyncio.CancelledError):
         permit.release()
     else:
-        permit.complete("error")
+        permit.complete("error", retry_after=upstream_retry_after(error))
+
+
+def upstream_retry_after(error: BaseException) -> float | None:
+    """The pause, in seconds, an upstream asked for in the exception a tool raised:
+
+    * a numeric ``retry_after`` attribute (seconds) on the exception; or
+    * a ``429`` or ``503`` status (``status_code``, ``status`` or ``code``, on the
+      exception or on its ``response``) with a ``Retry-After`` header
+      (delta-seconds or an HTTP-date, in ``headers`` of either) — the shape of
+      ``httpx.HTTPStatusError``, ``requests.HTTPError``, ``aiohttp``'s
+      ``ClientResponseError`` and the OpenAI SDK's ``RateLimitError``.
+
+    ``None`` when there is none (or it cannot be read). ``AdmissionRejected`` of a
+    nested call is not an upstream's answer and gives ``None``."""
+    if isinstance(error, AdmissionRejected):
+        return None
+    explicit = getattr(error, "retry_after", None)
+    if isinstance(explicit, (int, float)) and not isinstance(explicit, bool):
+        return _bounded(float(explicit))
+    response = getattr(error, "response", None)
+    if _status(error) not in (429, 503) and _status(response) not in (429, 503):
+        return None
+    for holder in (error, response):
+        value = _header(getattr(holder, "headers", None), "retry-after")
+        if value is not None:
+            return _parse_retry_after(value)
+    return None
+
+
+def _status(obj: object) -> int | None:
+    for name in ("status_code", "status", "code"):
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _header(headers: object, name: str) -> str | None:
+    get = getattr(headers, "get", None)
+    if get is None:
+        return None
+    try:
+        value = get(name)
+        if value is None:
+            value = get(name.title())
+    except Exception:  # a headers object of an unknown kind: no header
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _parse_retry_after(value: str) -> float | None:
+    v = value.strip()
+    if v.isdigit():
+        return _bounded(float(v))
+    try:
+        at = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return _bounded(at.timestamp() - time.time())
+
+
+def _bounded(seconds: float) -> float | None:
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), _LONGEST_PAUSE)
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

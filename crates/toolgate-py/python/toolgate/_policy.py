@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from ._config import RateLimit, config_json, limits_config, read_toml
+from ._config import RateLimit, ToolRateLimit, config_json, limits_config, read_toml
 from ._errors import AdmissionRejected
 from ._permits import Guard, hold, rejection_result, wait
 from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
@@ -56,8 +57,8 @@ class Decision:
 class ToolRateLimitPolicy:
     """Per-tool admission policy, decided by toolgate's Rust engine.
 
-    ``limits`` maps tool names to a :class:`RateLimit` or to a tool table of the
-    config format (``{"rate": "2/s", "concurrency": 4, ...}``). ``on_limit`` and
+    ``limits`` maps tool names to a :class:`RateLimit`, a :class:`ToolRateLimit` or
+    to a tool table of the config format (``{"rate": "2/s", "concurrency": 4, ...}``). ``on_limit`` and
     ``max_wait`` apply to the tools of ``limits``. ``store=None`` keeps the quotas in
     this process; ``store="redis://host:port"`` keeps them in Redis, so that every
     process (and gateway) on the same Redis obeys one quota. With a store, quotas are
@@ -67,7 +68,8 @@ class ToolRateLimitPolicy:
     The policy is, at once:
 
     * Microsoft Agent Framework function middleware (``Agent(middleware=[policy])``);
-    * a decorator (``@policy`` or ``@policy.limit("tool")``) and an async context
+    * a decorator (``@policy``, ``@policy.limit("tool")`` or ``@policy.tool("tool",
+      max_calls_per_minute=30)``, which declares the limit too) and an async context
       manager (``async with policy.guard("tool")``) for any async callable;
     * an engine: ``await policy.admit(tool)``, ``await policy.decide(tool)``,
       ``policy.try_admit(tool)``.
@@ -78,7 +80,7 @@ class ToolRateLimitPolicy:
 
     def __init__(
         self,
-        limits: Mapping[str, RateLimit | Mapping[str, Any]] | None = None,
+        limits: Mapping[str, RateLimit | ToolRateLimit | Mapping[str, Any]] | None = None,
         on_limit: Literal["reject", "wait"] = "reject",
         max_wait: float = 1.0,
         store: str | None = None,
@@ -217,6 +219,43 @@ class ToolRateLimitPolicy:
                 return await hold(permit, lambda: fn(*args, **kwargs))
 
             return admitted
+
+        return decorate
+
+    def tool(
+        self,
+        name: str,
+        *,
+        max_calls_per_minute: int | None = None,
+        rate_limit: ToolRateLimit | None = None,
+        tenant: str | None = None,
+        tokens: int = 0,
+    ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
+        """A decorator admitting each call of an async callable as the tool ``name``
+        under this policy's limit for it; a rejected call raises
+        :class:`AdmissionRejected` and the function does not run.
+
+        ``max_calls_per_minute=N`` (``ToolRateLimit(rpm=N)``) or
+        ``rate_limit=ToolRateLimit(...)`` also puts that limit into the policy, now
+        (the other tools keep their state); giving both, or declaring a limit for a
+        tool that already has one, raises ``ValueError``."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name: {name!r}: must be a non-empty string")
+        if max_calls_per_minute is not None and rate_limit is not None:
+            raise ValueError(f"{name!r}: give max_calls_per_minute or rate_limit, not both")
+        if max_calls_per_minute is not None:
+            rate_limit = ToolRateLimit(rpm=max_calls_per_minute)
+        if rate_limit is not None:
+            if not isinstance(rate_limit, ToolRateLimit):
+                raise TypeError(f"rate_limit: {rate_limit!r}: must be a ToolRateLimit")
+            self._engine.declare(name, json.dumps(rate_limit.to_config()))
+            self._tools = frozenset(self._engine.tools())
+        limit = self.limit(name, tenant=tenant, tokens=tokens)
+
+        def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError(f"{name!r}: policy.tool decorates async callables (async def)")
+            return limit(fn)
 
         return decorate
 

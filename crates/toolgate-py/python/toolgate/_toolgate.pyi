@@ -3,9 +3,11 @@
 from collections.abc import Callable
 from typing import Any, final
 
-__all__ = ["__version__", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
+__all__ = ["__version__", "MAX_WAIT_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
 
 __version__: str
+MAX_WAIT_SECONDS: float
+"""The longest wait the engine allows a call (``max_wait``), in seconds: one hour."""
 
 @final
 class ManualClock:
@@ -62,10 +64,19 @@ class Permit:
         """The tool's name (``None`` for a tool without a policy, or once done)."""
     @property
     def done(self) -> bool: ...
-    def complete(self, outcome: str = "success", *, tokens: int | None = None, latency: float | None = None) -> None:
+    def complete(
+        self,
+        outcome: str = "success",
+        *,
+        tokens: int | None = None,
+        latency: float | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         """Ends the call: ``outcome`` is ``success``, ``error``, ``timeout`` or
         ``invalid``; ``tokens`` is the actual token count to reconcile against the
-        estimate; ``latency`` defaults to the time since admission."""
+        estimate; ``latency`` defaults to the time since admission; ``retry_after``
+        (seconds, the upstream's ``Retry-After``) pauses the tool for that long, at
+        most its ``max_pause``."""
     def release(self) -> None:
         """Releases the permit without an outcome (like a cancelled call)."""
 
@@ -93,6 +104,9 @@ class Engine:
         self, tool: str, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
     ) -> Permit | Rejection | Waiting: ...
     def tools(self) -> list[str]: ...
+    def declare(self, tool: str, table: str) -> None:
+        """Adds ``tool`` with ``table`` (a JSON tool table) to the policy in force;
+        ``ValueError`` when the tool already has one or the table is invalid."""
     @property
     def deny_unknown(self) -> bool: ...
     def now(self) -> float: ...
