@@ -16,8 +16,8 @@ LAYERS: list[set[str]] = [
     {"_toolgate"},  # the native engine
     {"_errors", "_config"},  # the exception; config values and their checks
     {"_permits"},  # what every way of admitting shares: waiting, holding, finishing
-    {"_policy"},  # ToolRateLimitPolicy
-    {"middleware", "langchain", "openai_agents", "testing"},  # adapters
+    {"_policy", "_gateway"},  # ToolRateLimitPolicy; the gateway's requests and answers
+    {"middleware", "langchain", "openai_agents", "testing", "_client", "_async_client"},  # adapters, clients
     {"__init__"},
 ]
 LAYER = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -11,22 +11,34 @@ Every admission decision is made by toolgate's Rust engine before the tool runs.
 
 The policy is Microsoft Agent Framework function middleware, a decorator and an
 async context manager. See ``toolgate.middleware``, ``toolgate.openai_agents``,
-``toolgate.langchain`` and ``toolgate.testing``.
+``toolgate.langchain`` and ``toolgate.testing``. ``Client`` and ``AsyncClient`` talk
+to a running gateway (``toolgate serve``).
 """
 
+from ._async_client import AsyncClient, AsyncLease, AsyncReservation
+from ._client import Client, Lease, Reservation
 from ._config import MAX_WAIT_SECONDS, RateLimit, ToolRateLimit
-from ._errors import AdmissionRejected
+from ._errors import AdmissionRejected, ClientError
+from ._gateway import Invocation
 from ._permits import rejection_result
 from ._policy import Decision, ToolRateLimitPolicy
 from ._toolgate import Permit, Rejection, __version__
 
 __all__ = [
     "AdmissionRejected",
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncReservation",
+    "Client",
+    "ClientError",
     "Decision",
+    "Invocation",
+    "Lease",
     "MAX_WAIT_SECONDS",
     "Permit",
     "RateLimit",
     "Rejection",
+    "Reservation",
     "ToolRateLimit",
     "ToolRateLimitPolicy",
     "__version__",

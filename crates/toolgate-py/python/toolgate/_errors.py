@@ -1,10 +1,11 @@
-"""The exception of a call that was not admitted."""
+"""The exceptions: a call that was not admitted, and a client whose gateway said no
+for another reason."""
 
 from __future__ import annotations
 
 from ._toolgate import Rejection
 
-__all__ = ["AdmissionRejected"]
+__all__ = ["AdmissionRejected", "ClientError"]
 
 
 class AdmissionRejected(Exception):
@@ -49,3 +50,31 @@ class AdmissionRejected(Exception):
         if self.retry_after is not None:
             s += f"; retry after {self.retry_after:.3f}s"
         return s
+
+
+class ClientError(Exception):
+    """A gateway (or the mesh) answered with an error that is not a rejection, or
+    could not be reached.
+
+    Attributes:
+        code: the gateway's ``error.code`` (``invalid_request``, ``unauthorized``,
+            ``forbidden``, ``unknown_lease``, ``too_many_leases``, ``upstream_error``,
+            …), or ``connection_error`` / ``timeout`` / ``invalid_response`` when no
+            such answer came.
+        message: the gateway's ``error.message``, or what went wrong.
+        status: the HTTP status, or ``None`` when there was no answer.
+    """
+
+    code: str
+    message: str
+    status: int | None
+
+    def __init__(self, code: str, message: str, status: int | None = None) -> None:
+        super().__init__(code, message, status)
+        self.code = code
+        self.message = message
+        self.status = status
+
+    def __str__(self) -> str:
+        where = f"{self.status} " if self.status is not None else ""
+        return f"{where}{self.code}: {self.message}"
