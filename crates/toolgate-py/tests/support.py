@@ -14,7 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -103,7 +103,8 @@ def nats_server() -> Iterator[str]:
 
 class Upstream(BaseHTTPRequestHandler):
     """An upstream tool: ``/echo`` answers ``{"echo": <the JSON body>}``, ``/broken``
-    a 500, ``/limited`` a 429 with ``Retry-After: 30``. Every request is recorded."""
+    a 500, ``/limited`` a 429 with ``Retry-After: 30``, ``/slow`` an echo after 3 s.
+    Every request is recorded."""
 
     seen: list[tuple[str, object]] = []
 
@@ -112,6 +113,9 @@ class Upstream(BaseHTTPRequestHandler):
         Upstream.seen.append((self.path, body))
         if self.path == "/broken":
             self._answer(500, {"error": "down"})
+        elif self.path == "/slow":
+            time.sleep(3)
+            self._answer(200, {"echo": body})
         elif self.path == "/limited":
             self._answer(429, {"error": "slow down"}, {"Retry-After": "30"})
         else:
@@ -134,7 +138,7 @@ class Upstream(BaseHTTPRequestHandler):
 @contextmanager
 def upstream() -> Iterator[str]:
     """An :class:`Upstream` on a free port; yields its base URL."""
-    server = HTTPServer(("127.0.0.1", 0), Upstream)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"
