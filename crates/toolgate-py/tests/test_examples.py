@@ -1,5 +1,5 @@
 """The one-page examples run offline as written, and docs/python.md shows the Agent
-Framework example verbatim."""
+Framework and Google ADK examples verbatim."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ def test_the_openai_agents_example() -> None:
 def test_the_langchain_example() -> None:
     lines = run("langchain_example.py").splitlines()
     assert [line.split()[1] for line in lines] == ["success", "success", "error", "error", "error"]
+
+
+def test_the_adk_example() -> None:
+    lines = run("adk_example.py").splitlines()
+    assert lines[0] == "2 lookups ran, 3 were rejected:"
+    assert [line.split(",")[0] for line in lines[1:]] == ["- get_weather: rate_limited"] * 3
+
+
+def test_the_docs_show_the_adk_example_verbatim() -> None:
+    example = (EXAMPLES / "adk_example.py").read_text()
+    body = example[example.index("import asyncio") :]
+    assert body.strip() in DOCS.read_text()
 
 
 def test_the_docs_show_the_agent_framework_example_verbatim() -> None:

@@ -17,7 +17,7 @@ LAYERS: list[set[str]] = [
     {"_errors", "_config"},  # the exception; config values and their checks
     {"_permits"},  # what every way of admitting shares: waiting, holding, finishing
     {"_policy", "_gateway"},  # ToolRateLimitPolicy; the gateway's requests and answers
-    {"middleware", "langchain", "openai_agents", "testing", "_client", "_async_client", "mesh"},  # adapters, clients
+    {"middleware", "langchain", "openai_agents", "testing", "_client", "_async_client", "mesh", "adk"},  # adapters, clients
     {"__init__"},
 ]
 LAYER = {name: i for i, layer in enumerate(LAYERS) for name in layer}
