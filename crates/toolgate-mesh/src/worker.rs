@@ -11,10 +11,14 @@
 //!   partition, no token budget): the worker first *admits* — it waits in the
 //!   engine's FIFO queue for the first admission (every gate included: rate,
 //!   concurrency, adaptive limit, circuit breaker, upstream pauses) and takes what
-//!   else is free now — then pulls at most that many calls, each of which runs on its
-//!   admission; admissions left over are given back as if they never were taken. No
-//!   call is pulled that cannot start, and nothing polls: the engine's wait ends at
-//!   the next conforming time.
+//!   else is free now as a reservation — then pulls at most that many calls, each of
+//!   which runs on its admission. Reserved admissions left over are given back as if
+//!   they never were taken ([`Permit::cancel`]). The first, waited-for admission is
+//!   given back too, but its requests stay spent (an admission the engine made after
+//!   a wait cannot be taken back), so the worker waits for one only when the last
+//!   pull left calls in the stream: it then finds none only when another replica
+//!   took them first. No call is pulled that cannot start, and nothing polls: the
+//!   engine's wait ends at the next conforming time.
 //! - **Busy**, for a tool with per-tenant partitions or a token budget (whose
 //!   admission depends on the call's tenant or cost): the worker pulls what its
 //!   in-flight room allows, and each call is admitted with its own tenant and cost,
@@ -70,7 +74,8 @@ pub(crate) async fn run(shared: Arc<Shared>, tool: String, mut stop: watch::Rece
     };
     let room = Arc::new(Semaphore::new(limit));
     let mut tasks = JoinSet::new();
-    let mut busy = true;
+    // Idle until a pull shows calls waiting: an idle pull holds no admission.
+    let mut busy = false;
     while !*stop.borrow() {
         while tasks.try_join_next().is_some() {}
         let pulled = tokio::select! {
@@ -180,7 +185,9 @@ async fn pull(
 }
 
 /// Admissions for up to `n` calls of `tool`: the first waits (FIFO, bounded by
-/// [`ADMIT_WAIT`] per round), the rest are what is free now.
+/// [`ADMIT_WAIT`] per round), the rest are what is free now, each taken as a
+/// reservation ([`toolgate::Engine::admit_all`]) so that one left unused gives back
+/// everything it charged.
 async fn admit(shared: &Shared, tool: &str, n: usize) -> Vec<Permit> {
     let engine = &shared.engine;
     let first = loop {
@@ -196,10 +203,20 @@ async fn admit(shared: &Shared, tool: &str, n: usize) -> Vec<Permit> {
         }
     };
     let mut permits = vec![first];
-    while permits.len() < n {
-        match engine.admit_now(&Call::new(tool)).await {
-            Ok(p) => permits.push(p),
-            Err(_) => break,
+    // As many as the tool's quotas show free (asking for more would only count
+    // refusals in its figures), in one all-or-nothing reservation.
+    let free = engine.tool_state(tool, None).map_or(0, |s| {
+        s.quotas
+            .iter()
+            .filter_map(|q| q.available)
+            .min()
+            .map_or(n, |a| usize::try_from(a).unwrap_or(n))
+    });
+    let more = free.min(n - 1);
+    if more > 0 {
+        let calls = vec![Call::new(tool); more];
+        if let Ok(extra) = engine.admit_all(&calls).await {
+            permits.extend(extra);
         }
     }
     permits
@@ -250,9 +267,9 @@ async fn fetch(
         }
     }
     let msgs = std::mem::take(&mut got.0);
-    let keep = msgs.len();
-    let extra = permits.len().saturating_sub(keep);
-    for p in permits.drain(..extra) {
+    // The reservations left over are the last ones: the first, waited-for admission
+    // is the one kept longest.
+    for p in permits.drain(msgs.len().min(permits.len())..) {
         p.cancel();
     }
     let mut permits = permits

@@ -50,3 +50,16 @@ async fn a_limited_tool_is_consumed_at_its_rate_and_never_delays_another() {
     let view = r.mesh.view();
     assert_eq!(view.status, "ok");
 }
+
+/// A tool allowed one call a minute: a worker whose pull finds the stream empty
+/// spends none of it, so a call published after start-up still runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_that_finds_no_call_spends_no_admission() {
+    let r = rig("[tools.scarce]\nrate = \"1/min\"\n", &["scarce"]).await;
+    // Past the worker's first pulls, which find nothing.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    r.publish(&call("only", "scarce", json!({}))).await;
+    let res = r.result("only").await;
+    assert_eq!(res.outcome, "success", "{res:?}");
+    assert_eq!(r.upstream.hits_of("scarce").len(), 1);
+}
