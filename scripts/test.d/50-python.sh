@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The Python package (crates/toolgate-py): builds it from source into a venv,
-# checks its stubs against the compiled module (mypy.stubtest) and its Python
-# sources (mypy --strict), then runs its pytest suite, which includes a real
-# Agent Framework agent, the OpenAI Agents SDK and LangChain adapters (offline),
-# shared quotas on a real redis-server and the mesh example on a real nats-server.
-# A debug build: it reuses what `cargo test --workspace` compiled, and the
-# tests do not depend on speed (scripts/bench-python builds with --release).
+# The Python package (crates/toolgate-py): builds its abi3 wheel with maturin and
+# installs that wheel into a venv (what users get, not an editable build), checks
+# its stubs against the compiled module (mypy.stubtest) and its Python sources
+# (mypy --strict), then runs its pytest suite, which includes a real Agent Framework
+# agent, a Google ADK runner, the OpenAI Agents SDK and LangChain adapters
+# (offline), shared quotas on a real redis-server, the clients against a real
+# `toolgate serve` and the mesh on a real nats-server.
+# A debug (dev-profile) wheel: it reuses what `cargo test --workspace` compiled,
+# and the tests do not depend on speed (scripts/bench-python builds with --release;
+# a release wheel would cost minutes more on two cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv="${TOOLGATE_PY_VENV:-target/py-venv}"
+case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
 
 pick_python() {
   for py in "${PYTHON:-}" python3 python3.13 python3.12 python3.11 python3.10; do
@@ -25,11 +29,20 @@ if [ ! -x "$venv/bin/python" ]; then
   "$(pick_python)" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/toolgate-py/requirements-test.txt
-(cd crates/toolgate-py && VIRTUAL_ENV="$PWD/../../$venv" "../../$venv/bin/maturin" develop --locked -q)
+wheels="$PWD/target/py-wheels"
+rm -f "$wheels"/toolgate-*.whl
+(cd crates/toolgate-py && "$venv/bin/maturin" build --locked -q -i "$venv/bin/python" -o "$wheels")
+wheel=$(ls "$wheels"/toolgate-*.whl)
+case "$wheel" in
+  *-abi3-*) ;;
+  *) echo "50-python: $wheel is not an abi3 wheel" >&2; exit 1 ;;
+esac
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+"$venv/bin/python" -m pip check
 "$venv/bin/python" -m mypy.stubtest toolgate._toolgate
 "$venv/bin/python" -m mypy --config-file crates/toolgate-py/pyproject.toml crates/toolgate-py/python/toolgate
 # The mesh example's test runs the gateway binary (built by 20-rust-tests.sh).
 cargo build -q -p toolgate-gateway --locked
 export TOOLGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate"
 cd crates/toolgate-py
-"../../$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests

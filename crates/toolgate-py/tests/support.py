@@ -43,14 +43,17 @@ def nats_server_bin() -> str:
 
 
 @contextmanager
-def gateway(config: str, *args: str, ready: Callable[[dict[str, object]], bool] | None = None) -> Iterator[str]:
-    """``toolgate serve`` with ``config`` on a free port; yields its base URL once
-    ``/healthz`` answers (and ``ready(health)`` holds, when given)."""
+def gateway(config: str | None, *args: str, ready: Callable[[dict[str, object]], bool] | None = None) -> Iterator[str]:
+    """``toolgate serve`` with ``config`` (``None``: the bundled one) on a free port;
+    yields its base URL once ``/healthz`` answers (and ``ready(health)`` holds, when
+    given)."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "toolgate.toml"
-        path.write_text(config)
+        if config is not None:
+            path.write_text(config)
+            args = ("--config", str(path), *args)
         proc = subprocess.Popen(
-            [toolgate_bin(), "serve", "--listen", "127.0.0.1:0", "--config", str(path), *args],
+            [toolgate_bin(), "serve", "--listen", "127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -149,7 +149,8 @@ def test_reserve_is_all_or_nothing_and_gives_back_what_was_not_used(client: Clie
 
 def test_invoke_runs_the_upstream_and_reports_its_errors(client: Client) -> None:
     done = client.invoke("echo", {"id": "c-42"}, idempotency_key="step-1")
-    assert done.outcome == "success" and done.status == 200
+    assert done.outcome == "success" and done.status == 200 and done.attempts == 1
+    assert done.latency is not None and 0 <= done.latency < 5
     assert done.result == {"echo": {"id": "c-42"}}
     assert ("/echo", {"id": "c-42"}) in Upstream.seen
     with pytest.raises(ClientError) as e:
@@ -242,5 +243,7 @@ def test_invalid_settings_are_refused() -> None:
         Client(timeout=0)
     with pytest.raises(ValueError, match="timeout: inf"):
         Client(timeout=float("inf"))
-    with pytest.raises(ValueError, match="token"):
+    with pytest.raises(ValueError, match="token: must be a non-empty string of printable ASCII"):
         Client(token="a\r\nX-Injected: 1")
+    with pytest.raises(ValueError, match="token"):
+        Client(token="jeton-été")

@@ -184,31 +184,42 @@ async def test_policy_tool_raises_admission_rejected_with_the_fields(clock: Manu
 
 def test_policy_tool_refuses_conflicting_or_repeated_limits_and_sync_functions() -> None:
     policy = ToolRateLimitPolicy(limits={"a": RateLimit(2)})
-    with pytest.raises(ValueError, match="give max_calls_per_minute or rate_limit, not both"):
-        policy.tool("b", max_calls_per_minute=30, rate_limit=ToolRateLimit(rpm=30))
-    with pytest.raises(ValueError, match="already has a limit"):
-        policy.tool("a", max_calls_per_minute=30)
-    policy.tool("b", max_calls_per_minute=30)
-    with pytest.raises(ValueError, match="already has a limit"):
-        policy.tool("b", rate_limit=ToolRateLimit(rpm=5))
-    with pytest.raises(ValueError, match="rpm: 0"):
-        policy.tool("c", max_calls_per_minute=0)
-    assert "c" not in policy.tools, "a refused declaration leaves the policy as it was"
-    with pytest.raises(TypeError, match="must be a ToolRateLimit"):
-        policy.tool("c", rate_limit=RateLimit(2))  # type: ignore[arg-type]
+
+    async def body() -> None:
+        pass
 
     def sync_tool() -> None:
         pass
 
+    with pytest.raises(ValueError, match="give max_calls_per_minute or rate_limit, not both"):
+        policy.tool("b", max_calls_per_minute=30, rate_limit=ToolRateLimit(rpm=30))
+    with pytest.raises(ValueError, match="already has a limit"):
+        policy.tool("a", max_calls_per_minute=30)(body)
     with pytest.raises(TypeError, match="async callables"):
-        policy.tool("a")(sync_tool)  # type: ignore[arg-type]
+        policy.tool("b", max_calls_per_minute=30)(sync_tool)  # type: ignore[arg-type]
+    assert "b" not in policy.tools, "a refused decoration declares nothing"
+    shared = policy.tool("b", max_calls_per_minute=30)
+    shared(body)
+    shared(body)  # one declaration, several callables
+    assert "b" in policy.tools
+    with pytest.raises(ValueError, match="already has a limit"):
+        policy.tool("b", rate_limit=ToolRateLimit(rpm=5))(body)
+    with pytest.raises(ValueError, match="rpm: 0"):
+        policy.tool("c", max_calls_per_minute=0)
+    with pytest.raises(TypeError, match="must be a ToolRateLimit"):
+        policy.tool("c", rate_limit=RateLimit(2))  # type: ignore[arg-type]
+    assert "c" not in policy.tools
 
 
 async def test_declaring_a_tool_keeps_the_other_tools_state(clock: ManualClock) -> None:
     policy = ToolRateLimitPolicy(limits={"a": RateLimit(requests=2, per_seconds=60.0)}, clock=clock)
     assert isinstance(policy.try_admit("a"), Permit)
     assert isinstance(policy.try_admit("a"), Permit)
-    policy.tool("b", max_calls_per_minute=1)
+
+    @policy.tool("b", max_calls_per_minute=1)
+    async def b() -> None:
+        pass
+
     r = policy.try_admit("a")
     assert isinstance(r, Rejection) and r.reason == "rate_limited", "a's bucket was not refilled by the change"
     assert isinstance(policy.try_admit("b"), Permit)

@@ -65,8 +65,8 @@ class Settings:
             raise ValueError(f"base_url: {base_url!r}: must be an http:// or https:// URL")
         headers = {"Accept": "application/json"}
         if token is not None:
-            if not isinstance(token, str) or not token or any(c in token for c in "\r\n"):
-                raise ValueError("token: must be a non-empty string on one line")
+            if not isinstance(token, str) or not token or not token.isascii() or not token.isprintable():
+                raise ValueError("token: must be a non-empty string of printable ASCII characters")
             headers["Authorization"] = f"Bearer {token}"
         seconds = _seconds("timeout", timeout, MAX_TIMEOUT)
         if seconds == 0:
@@ -211,8 +211,7 @@ def answer(response: httpx.Response) -> Any:
             raise ClientError("invalid_response", f"the gateway's answer is not JSON: {response.text[:200]!r}", response.status_code)
         return data
     if response.status_code == 429 and isinstance(data, dict) and data.get("admitted") is False:
-        ms = data.get("retry_after_ms")
-        retry = ms / 1000 if isinstance(ms, (int, float)) and not isinstance(ms, bool) else None
+        retry = _ms(data.get("retry_after_ms"))
         raise AdmissionRejected(str(data.get("tool", "")), str(data.get("quota", "")), str(data.get("reason", "")), retry)
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
@@ -224,8 +223,7 @@ def admitted(data: Any) -> tuple[str, float]:
     """The lease id and the seconds waited of an admit's answer."""
     if not isinstance(data, dict) or not isinstance(data.get("lease"), str):
         raise ClientError("invalid_response", f"an admission without a lease: {data!r}")
-    waited = data.get("waited_ms", 0)
-    return data["lease"], (waited / 1000 if isinstance(waited, (int, float)) else 0.0)
+    return data["lease"], _ms(data.get("waited_ms")) or 0.0
 
 
 def reserved(data: Any) -> tuple[str, list[tuple[str, str]], float | None]:
@@ -234,21 +232,20 @@ def reserved(data: Any) -> tuple[str, list[tuple[str, str]], float | None]:
     if not isinstance(data, dict) or not isinstance(data.get("reservation"), str):
         raise ClientError("invalid_response", f"a reservation without an id: {data!r}")
     pairs = [(str(c["tool"]), str(lease)) for c in data.get("calls", []) for lease in c.get("leases", [])]
-    ms = data.get("expires_in_ms")
-    return data["reservation"], pairs, (ms / 1000 if isinstance(ms, (int, float)) else None)
+    return data["reservation"], pairs, _ms(data.get("expires_in_ms"))
 
 
 def invocation(data: Any) -> Invocation:
     if not isinstance(data, dict):
         raise ClientError("invalid_response", f"an invocation answer that is not an object: {data!r}")
-    latency = data.get("latency_ms")
+    status, attempts = data.get("status"), data.get("attempts")
     return Invocation(
         result=data.get("result"),
-        status=data.get("status"),
+        status=status if isinstance(status, int) else None,
         outcome=str(data.get("outcome", "")),
-        waited=data.get("waited_ms", 0) / 1000,
-        latency=latency / 1000 if isinstance(latency, (int, float)) else None,
-        attempts=data.get("attempts"),
+        waited=_ms(data.get("waited_ms")) or 0.0,
+        latency=_ms(data.get("latency_ms")),
+        attempts=attempts if isinstance(attempts, int) else None,
     )
 
 
@@ -260,6 +257,13 @@ def transport_error(e: httpx.HTTPError) -> ClientError:
 
 
 # --- checks ---
+
+
+def _ms(value: object) -> float | None:
+    """Seconds of a ``…_ms`` field of an answer, ``None`` when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value / 1000
 
 
 def _put_tenant(body: dict[str, Any], s: Settings, tenant: str | None) -> None:

@@ -236,25 +236,30 @@ class ToolRateLimitPolicy:
         :class:`AdmissionRejected` and the function does not run.
 
         ``max_calls_per_minute=N`` (``ToolRateLimit(rpm=N)``) or
-        ``rate_limit=ToolRateLimit(...)`` also puts that limit into the policy, now
-        (the other tools keep their state); giving both, or declaring a limit for a
-        tool that already has one, raises ``ValueError``."""
+        ``rate_limit=ToolRateLimit(...)`` also puts that limit into the policy when
+        the decorator is first applied (the other tools keep their state; several
+        callables decorated by one ``policy.tool(...)`` share it). Giving both, or
+        declaring a limit for a tool that already has one, raises ``ValueError``; a
+        callable that is not ``async def`` raises ``TypeError``."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"name: {name!r}: must be a non-empty string")
         if max_calls_per_minute is not None and rate_limit is not None:
             raise ValueError(f"{name!r}: give max_calls_per_minute or rate_limit, not both")
         if max_calls_per_minute is not None:
             rate_limit = ToolRateLimit(rpm=max_calls_per_minute)
-        if rate_limit is not None:
-            if not isinstance(rate_limit, ToolRateLimit):
-                raise TypeError(f"rate_limit: {rate_limit!r}: must be a ToolRateLimit")
-            self._engine.declare(name, json.dumps(rate_limit.to_config()))
-            self._tools = frozenset(self._engine.tools())
+        if rate_limit is not None and not isinstance(rate_limit, ToolRateLimit):
+            raise TypeError(f"rate_limit: {rate_limit!r}: must be a ToolRateLimit")
+        table = json.dumps(rate_limit.to_config()) if rate_limit is not None else None
         limit = self.limit(name, tenant=tenant, tokens=tokens)
 
         def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+            nonlocal table
             if not inspect.iscoroutinefunction(fn):
                 raise TypeError(f"{name!r}: policy.tool decorates async callables (async def)")
+            if table is not None:
+                self._engine.declare(name, table)
+                self._tools = frozenset(self._engine.tools())
+                table = None
             return limit(fn)
 
         return decorate
