@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -29,7 +29,7 @@ pub const DASHBOARD: &str = include_str!("dashboard.html");
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit();
     let timeout = Timeout::layer(state.request_timeout());
-    Router::new()
+    let routes = Router::new()
         .route("/", get(dashboard))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -41,12 +41,20 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools/{*tool}", get(tools::get).post(tool_post))
         .route("/v1/admin/reload", post(admin::reload))
         .route("/v1/mesh", get(mesh))
+        .route("/v1/mcp", get(crate::mcp::view))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(JsonErrorsLayer)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(timeout)
-        .with_state(state)
+        .layer(timeout);
+    // `/mcp` answers in rmcp's own terms (JSON-RPC errors, SSE streams whose calls
+    // are bounded by `[mcp]` max_wait and call_timeout), so it is mounted outside the
+    // JSON-error and request-timeout layers; rmcp bounds its bodies itself.
+    let routes = match state.mcp() {
+        Some(_) => routes.route("/mcp", any(crate::mcp::handle)),
+        None => routes,
+    };
+    routes.with_state(state)
 }
 
 async fn dashboard() -> impl IntoResponse {

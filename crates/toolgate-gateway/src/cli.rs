@@ -1,4 +1,4 @@
-//! Command-line parsing and dispatch: `serve`, `check`, `demo` and `call`.
+//! Command-line parsing and dispatch: `serve`, `mcp`, `check`, `demo` and `call`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -47,6 +47,19 @@ enum Command {
         /// over `[mesh] url`): see docs/mesh.md.
         #[arg(long, value_parser = mesh_url)]
         mesh: Option<String>,
+    },
+    /// Serve the MCP gateway of a config's `[mcp]` over stdio (for MCP clients that
+    /// launch a command); logs go to stderr.
+    Mcp {
+        /// The config file, with `[mcp.servers.NAME]`.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Where quota state lives: `memory` (default) or `redis://host:port`.
+        #[arg(long)]
+        store: Option<String>,
+        /// The tenant of every call (for `partition = "tenant"` quotas).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Publish one tool call on the event mesh (and, with --wait, print its result).
     Call {
@@ -109,6 +122,15 @@ pub fn main() -> ExitCode {
             allow_unauthenticated,
             mesh,
         }),
+        Command::Mcp {
+            config,
+            store,
+            tenant,
+        } => crate::mcp_stdio::run(crate::mcp_stdio::Options {
+            config,
+            store,
+            tenant,
+        }),
         Command::Call {
             mesh,
             tool,
@@ -139,8 +161,14 @@ fn check(path: &std::path::Path) -> ExitCode {
     // The same loader as `serve`, so a `[gateway]` table is accepted and checked too.
     match crate::settings::Loaded::from_path(path) {
         Ok(l) => {
+            let servers = l.mcp.as_ref().map_or(0, |m| m.servers.len());
+            let mcp = if servers > 0 {
+                format!(", {servers} MCP servers")
+            } else {
+                String::new()
+            };
             println!(
-                "{}: ok ({} tools, {} pools)",
+                "{}: ok ({} tools, {} pools{mcp})",
                 path.display(),
                 l.policy.tools.len(),
                 l.policy.pools.len()

@@ -1,5 +1,5 @@
-//! toolgate's gateway and command line: `toolgate serve`, `toolgate check` and
-//! `toolgate demo`.
+//! toolgate's gateway and command line: `toolgate serve`, `toolgate mcp`,
+//! `toolgate check` and `toolgate demo`.
 //!
 //! The gateway puts the core engine behind HTTP (see `docs/gateway.md`): admission
 //! with server-side leases, all-or-nothing reservations, execution against a tool's
@@ -26,6 +26,8 @@ pub mod error;
 pub mod execute;
 pub mod extract;
 pub mod leases;
+pub mod mcp;
+pub mod mcp_stdio;
 pub mod mesh;
 pub mod metrics;
 pub mod ratelimit;

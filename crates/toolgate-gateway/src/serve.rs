@@ -32,6 +32,15 @@ pub struct Options {
 
 /// Runs the gateway until it is told to stop.
 pub fn run(opts: Options) -> ExitCode {
+    match runtime() {
+        Ok(rt) => rt.block_on(serve(opts)),
+        Err(code) => code,
+    }
+}
+
+/// Logs to stderr (filtered by `RUST_LOG`, default `info`) and a multi-thread
+/// runtime, for `serve` and `mcp`.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -40,17 +49,13 @@ pub fn run(opts: Options) -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .try_init();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!("toolgate: cannot start a runtime: {e}");
-            return ExitCode::from(EXIT_CANNOT_START);
-        }
-    };
-    rt.block_on(serve(opts))
+            ExitCode::from(EXIT_CANNOT_START)
+        })
 }
 
 async fn serve(opts: Options) -> ExitCode {
@@ -79,6 +84,7 @@ async fn serve(opts: Options) -> ExitCode {
         Err(msg) => return cannot_start(&msg),
     };
     let grace = loaded.settings.shutdown_grace;
+    let mcp_config = loaded.mcp.clone();
     let limits = crate::conn::fit_to_fd_limit(crate::conn::Limits::new(&loaded.settings));
     // The engine registers its metric handles: the recorder comes first.
     crate::metrics::install();
@@ -101,8 +107,15 @@ async fn serve(opts: Options) -> ExitCode {
             return cannot_start(&format!("mesh: {e}"));
         }
     }
+    let mcp = match mcp_config {
+        Some(config) => Some(crate::mcp::start(&state, config).await),
+        None => None,
+    };
     let addr = listener.local_addr().unwrap_or(listen);
     announce(addr, &name, auth, state.mesh());
+    if let Some(u) = &mcp {
+        announce_mcp(addr, u);
+    }
     spawn_reload_on_hangup(state.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -125,6 +138,10 @@ async fn serve(opts: Options) -> ExitCode {
         until_stopped(stopped.clone()),
     );
     let (served, ()) = tokio::join!(http, mesh_down);
+    if let Some(u) = &mcp {
+        // Child processes are stopped, connections closed.
+        u.shutdown().await;
+    }
     let released = state.leases().drain();
     tracing::info!(
         released,
@@ -163,7 +180,7 @@ fn cannot_start(msg: &str) -> ExitCode {
     ExitCode::from(EXIT_CANNOT_START)
 }
 
-fn store_of(opts: &Options, loaded: &Loaded) -> Result<Store, String> {
+pub(crate) fn store_of(opts: &Options, loaded: &Loaded) -> Result<Store, String> {
     let url = opts
         .store
         .clone()
@@ -224,8 +241,23 @@ fn announce(addr: SocketAddr, name: &str, auth: bool, mesh: Option<&toolgate_mes
     let _ = out.flush();
 }
 
+fn announce_mcp(addr: SocketAddr, upstreams: &toolgate_mcp::Upstreams) {
+    use std::io::Write;
+    let servers = upstreams.view();
+    let up = servers.iter().filter(|s| s.connected).count();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "mcp: http://{addr}/mcp ({} tools from {up} of {} upstream servers)",
+        upstreams.catalog().len(),
+        servers.len()
+    );
+    let _ = out.flush();
+}
+
+/// Resolves on SIGTERM or SIGINT (for `toolgate mcp` too).
 #[cfg(unix)]
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {
@@ -241,8 +273,9 @@ async fn shutdown_signal() {
     tracing::info!("shutdown signal received");
 }
 
+/// Resolves on Ctrl-C.
 #[cfg(not(unix))]
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 

@@ -423,6 +423,34 @@ mod tests {
     }
 
     #[test]
+    fn the_mcp_table_is_taken_out_and_its_errors_listed_with_the_rest() {
+        let l = Loaded::from_toml_str(
+            "[mcp.servers.fs]\ncommand = \"mcp-fs\"\n[tools.\"mcp:fs/read\"]\nrate = \"1/s\"\n",
+        )
+        .expect("valid");
+        let mcp = l.mcp.expect("[mcp]");
+        assert!(mcp.servers.contains_key("fs"));
+        assert!(l.policy.tools.contains_key("mcp:fs/read"));
+        let e = Loaded::from_toml_str(
+            "[mcp]\non_reject = \"drop\"\n[mcp.servers.x]\ncommand = \"a\"\nurl = \"http://h/\"\n\
+             [mcp.servers.\"a__b\"]\ncommand = \"a\"\n[tools.t]\nrate = \"0/s\"\n",
+        )
+        .expect_err("invalid");
+        let text = e.to_string();
+        assert!(text.contains("mcp.on_reject: \"drop\""), "{text}");
+        assert!(
+            text.contains("mcp.servers.x: give either command"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mcp.servers.a__b: the server name must not contain"),
+            "{text}"
+        );
+        assert!(text.contains("tools.t.rate: \"0/s\""), "{text}");
+        assert_eq!(e.0.len(), 4, "{text}");
+    }
+
+    #[test]
     fn an_invalid_json_schema_is_a_config_error() {
         let e = Loaded::from_toml_str(
             "[tools.t.upstream]\nurl = \"http://127.0.0.1:1/x\"\n\

@@ -45,6 +45,7 @@ struct Inner {
     connection_keys: crate::reload::ConnectionKeys,
     connections: Arc<Connections>,
     mesh: std::sync::OnceLock<toolgate_mesh::Mesh>,
+    mcp: std::sync::OnceLock<Arc<toolgate_mcp::http::Endpoint>>,
 }
 
 /// What a reload replaces at once.
@@ -120,6 +121,7 @@ impl AppState {
             metrics,
             connections: Arc::new(Connections::new()),
             mesh: std::sync::OnceLock::new(),
+            mcp: std::sync::OnceLock::new(),
         })))
     }
 
@@ -259,5 +261,15 @@ impl AppState {
     /// `GET /v1/mesh` report it.
     pub fn set_mesh(&self, mesh: toolgate_mesh::Mesh) {
         let _ = self.0.mesh.set(mesh);
+    }
+
+    /// The MCP gateway, when `[mcp]` configures one.
+    pub fn mcp(&self) -> Option<&Arc<toolgate_mcp::http::Endpoint>> {
+        self.0.mcp.get()
+    }
+
+    /// Records the running MCP gateway (once): `/mcp` serves it.
+    pub fn set_mcp(&self, mcp: Arc<toolgate_mcp::http::Endpoint>) {
+        let _ = self.0.mcp.set(mcp);
     }
 }

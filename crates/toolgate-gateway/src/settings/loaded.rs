@@ -1,4 +1,4 @@
-//! Loading a config file: the `[gateway]` and `[mesh]` tables are taken out, the rest
+//! Loading a config file: the `[gateway]`, `[mesh]` and `[mcp]` tables are taken out, the rest
 //! is the policy, and the errors of every part are reported together, each with its
 //! path.
 
@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 use toolgate::config::Config;
 use toolgate::Policy;
+use toolgate_mcp::McpConfig;
 use toolgate_mesh::MeshConfig;
 
 use super::Settings;
@@ -20,6 +21,8 @@ pub struct Loaded {
     pub settings: Settings,
     /// The event mesh's settings (`[mesh]`), when the file has them.
     pub mesh: Option<MeshConfig>,
+    /// The MCP gateway's settings (`[mcp]`), when the file has them.
+    pub mcp: Option<McpConfig>,
 }
 
 /// Every problem of a config file, each with its path.
@@ -45,7 +48,7 @@ impl Loaded {
         }
     }
 
-    /// Parses a TOML config with optional `[gateway]` and `[mesh]` tables.
+    /// Parses a TOML config with optional `[gateway]`, `[mesh]` and `[mcp]` tables.
     ///
     /// # Errors
     ///
@@ -84,6 +87,10 @@ impl Loaded {
             .as_object_mut()
             .and_then(|o| o.remove("mesh"))
             .map(|m| MeshConfig::parse(&m, &mut errors));
+        let mcp = json
+            .as_object_mut()
+            .and_then(|o| o.remove("mcp"))
+            .map(|m| McpConfig::parse(&m, &mut errors));
         let policy = match Config::from_value(&json) {
             Ok(c) => Policy::new(c).map_err(|e| errors.extend(lines(&e))).ok(),
             Err(e) => {
@@ -102,6 +109,7 @@ impl Loaded {
                 policy,
                 settings,
                 mesh,
+                mcp,
             }),
             _ => {
                 errors.sort();

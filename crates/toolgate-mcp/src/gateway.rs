@@ -1,0 +1,181 @@
+//! toolgate as an MCP server: `tools/list` answers the aggregated catalog and
+//! `tools/call` runs through admission (`Engine::run`). Nothing else is admitted:
+//! `initialize`, `ping` and `tools/list` never touch a quota, and resources and
+//! prompts are not offered.
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{RoleServer, ServerHandler};
+use toolgate::Engine;
+
+use crate::call::{self, Job};
+use crate::upstreams::Upstreams;
+
+/// How often a session's list-change listener checks that the session is still open.
+const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The tenant of a request on `/mcp`, put into the HTTP request's extensions by the
+/// gateway's authentication (`None`: auth is off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub Option<String>);
+
+/// The MCP server in front of the upstreams, cheap to clone (one per session).
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    engine: Engine,
+    upstreams: Upstreams,
+    /// The tenant of calls that bring none (stdio, or HTTP without auth).
+    tenant: Option<String>,
+}
+
+// === impl Gateway ===
+
+impl Gateway {
+    /// Serves `upstreams`' tools, admitting calls on `engine`.
+    pub fn new(engine: Engine, upstreams: Upstreams) -> Self {
+        Self {
+            engine,
+            upstreams,
+            tenant: None,
+        }
+    }
+
+    /// The tenant of calls whose transport names none (`toolgate mcp`).
+    #[must_use]
+    pub fn with_tenant(mut self, tenant: Option<String>) -> Self {
+        self.tenant = tenant;
+        self
+    }
+
+    /// The upstreams.
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
+    /// The call's tenant: the one the HTTP layer authenticated, else the default.
+    fn tenant_of(&self, ctx: &RequestContext<RoleServer>) -> Option<String> {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Tenant>())
+            .map_or_else(|| self.tenant.clone(), |t| t.0.clone())
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "toolgate admits every tools/call under the tool's quotas; a rejected call is a \
+             result with isError: true that says when to retry.",
+        )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A session hears of every change of the aggregated tool list.
+        let mut changes = self.upstreams.changes();
+        let peer = context.peer;
+        tokio::spawn(async move {
+            let mut seen = *changes.borrow_and_update();
+            let mut tick = tokio::time::interval(SESSION_CHECK);
+            loop {
+                tokio::select! {
+                    r = changes.changed() => {
+                        if r.is_err() {
+                            return;
+                        }
+                        let now = *changes.borrow_and_update();
+                        if now != seen {
+                            seen = now;
+                            if peer.notify_tool_list_changed().await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    _ = tick.tick() => {
+                        if peer.is_transport_closed() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let catalog = self.upstreams.catalog();
+        let tools = catalog.tools().iter().map(|e| e.tool.clone()).collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let config = self.upstreams.config();
+        let entry = self
+            .upstreams
+            .catalog()
+            .get(&request.name)
+            .cloned()
+            .ok_or_else(|| {
+                ErrorData::invalid_params(format!("unknown tool {:?}", request.name), None)
+            })?;
+        let size = request
+            .arguments
+            .as_ref()
+            .map_or(0, |a| serde_json::to_vec(a).map_or(usize::MAX, |v| v.len()));
+        if size > config.max_argument_bytes {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "the arguments of {} are {size} bytes: at most {} (mcp.max_argument_bytes)",
+                    request.name, config.max_argument_bytes
+                ),
+                None,
+            ));
+        }
+        let tenant = self.tenant_of(&context);
+        // Kept until the call ends: its progress is relayed meanwhile.
+        let relay = context
+            .meta
+            .get_progress_token()
+            .map(|t| self.upstreams.relays().open(context.peer.clone(), t));
+        let job = Job {
+            engine: &self.engine,
+            upstreams: &self.upstreams,
+            config,
+            entry,
+            tenant: tenant.as_deref(),
+            arguments: request.arguments,
+            progress: relay.as_ref().map(|r| r.token().clone()),
+        };
+        tokio::select! {
+            r = call::run(job) => r.map(|mut result| {
+                // An upstream on an older protocol sends no `resultType`; a client on
+                // 2026-07-28 requires it (rmcp drops it again for older clients).
+                result.result_type.get_or_insert(ResultType::COMPLETE);
+                CallToolResponse::Complete(result)
+            }),
+            // Dropping the call: a waiting one leaves no trace, a running one is
+            // cancelled upstream.
+            () = context.ct.cancelled() => Err(ErrorData::new(
+                rmcp::model::ErrorCode::INTERNAL_ERROR,
+                "the call was cancelled",
+                None,
+            )),
+        }
+    }
+}

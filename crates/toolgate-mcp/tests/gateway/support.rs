@@ -1,0 +1,174 @@
+//! A fake upstream MCP server on loopback (rmcp's Streamable HTTP server, served by
+//! axum) and a client connected to a [`Gateway`] over an in-memory pipe.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{RoleClient, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use toolgate::{Engine, Policy};
+use toolgate_mcp::{Gateway, McpConfig, Upstreams};
+
+/// The fake upstream: `ok` (structured `{"n": 1}`), `fail` (`isError`), `bad` (breaks
+/// its `outputSchema`), `slow` (ten seconds), `odd.name`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fake {
+    pub(crate) calls: Arc<AtomicUsize>,
+    pub(crate) cancelled: Arc<AtomicUsize>,
+}
+
+fn tool(name: &str, output: Option<Value>) -> Tool {
+    let mut t: Tool = serde_json::from_value(json!({
+        "name": name, "description": format!("the {name} tool"),
+        "inputSchema": {"type": "object"},
+    }))
+    .expect("tool");
+    t.output_schema = output.and_then(|o| o.as_object().cloned()).map(Arc::new);
+    t
+}
+
+fn schema() -> Value {
+    json!({"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]})
+}
+
+impl ServerHandler for Fake {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            tool("ok", Some(schema())),
+            tool("fail", None),
+            tool("bad", Some(schema())),
+            tool("slow", None),
+            tool("odd.name", None),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let result = match &*request.name {
+            "ok" | "odd.name" => CallToolResult::structured(json!({"n": 1})),
+            "bad" => CallToolResult::structured(json!({"n": "not a number"})),
+            "slow" => {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    () = context.ct.cancelled() => {
+                        self.cancelled.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                CallToolResult::success(vec![ContentBlock::text("slow done")])
+            }
+            _ => CallToolResult::error(vec![ContentBlock::text("boom")]),
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Serves `fake` at `http://127.0.0.1:PORT/mcp`; returns the URL.
+pub(crate) async fn serve_upstream(fake: Fake) -> String {
+    let service = StreamableHttpService::new(
+        move || Ok(fake.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().route_service("/mcp", service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/mcp")
+}
+
+/// The gateway's parts for one test.
+pub(crate) struct Setup {
+    pub(crate) fake: Fake,
+    pub(crate) engine: Engine,
+    pub(crate) upstreams: Upstreams,
+    pub(crate) client: RunningService<RoleClient, ()>,
+}
+
+/// A fake upstream, a gateway in front of it with `policy` and `mcp` (extra `[mcp]`
+/// keys), and a client connected to the gateway.
+pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
+    let fake = Fake::default();
+    let url = serve_upstream(fake.clone()).await;
+    let mut table = mcp;
+    table["servers"] = json!({"fake": {"url": url}});
+    let mut errors = Vec::new();
+    let config = McpConfig::parse(&table, &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    let upstreams = Upstreams::start(config);
+    assert!(
+        upstreams.ready(Duration::from_secs(10)).await,
+        "{:?}",
+        upstreams.view()
+    );
+    let engine = Engine::new(Policy::from_toml_str(policy).expect("policy"));
+    let gateway = Gateway::new(engine.clone(), upstreams.clone());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = gateway.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = ().serve(client_io).await.expect("client");
+    Setup {
+        fake,
+        engine,
+        upstreams,
+        client,
+    }
+}
+
+impl Setup {
+    /// Calls the tool exposed as `name`.
+    pub(crate) async fn call(
+        &self,
+        name: &str,
+    ) -> Result<CallToolResult, rmcp::service::ServiceError> {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        params.arguments = Some(serde_json::Map::new());
+        self.client.peer().call_tool(params).await
+    }
+
+    /// Calls that reached the upstream.
+    pub(crate) fn upstream_calls(&self) -> usize {
+        self.fake.calls.load(Ordering::SeqCst)
+    }
+
+    /// The state of the tool with this policy key.
+    pub(crate) fn state(&self, key: &str) -> toolgate::ToolState {
+        self.engine
+            .tool_state(key, None)
+            .expect("a tool with a policy")
+    }
+}
+
+/// The text of a result's first content block.
+pub(crate) fn text(r: &CallToolResult) -> String {
+    serde_json::to_value(r).expect("json")["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
