@@ -44,6 +44,7 @@ async def until(done: object, timeout: float = 5.0) -> None:
         ({}, TypeError, "rpm is required"),
         ({"rpm": True}, TypeError, "rpm: True: must be a whole number"),
         ({"rpm": 2.5}, TypeError, "rpm: 2.5: must be a whole number"),
+        ({"rpm": math.nan}, TypeError, "rpm: nan: must be a whole number"),
         ({"rpm": "10"}, TypeError, "rpm: '10': must be a whole number"),
         ({"rpm": 0}, ValueError, "rpm: 0: must be between 1 and 1000000"),
         ({"rpm": -3}, ValueError, "rpm: -3: must be between 1 and 1000000"),
