@@ -19,7 +19,7 @@ fn engine(toml: &str) -> (Engine, ManualClock, Arc<ToolRuntime>) {
         Policy::from_toml_str(toml).unwrap_or_else(|e| panic!("{e}")),
         Arc::new(clock.clone()),
     );
-    let tool = engine.compiled().tools.get("t").cloned();
+    let tool = engine.live().compiled().tools.get("t").cloned();
     (engine, clock, tool.unwrap_or_else(|| panic!("no tool t")))
 }
 
