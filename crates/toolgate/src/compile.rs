@@ -243,9 +243,11 @@ mod tests {
         assert_eq!(tool_quotas(&c, "nope"), None);
     }
 
-    // Over 60 lines: one config and the expected list of every quota it resolves to,
-    // read side by side.
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one config and the list of every quota it resolves to, read side by side"
+    )]
     fn defaults_are_applied_and_each_quota_says_what_it_costs_and_why_it_refuses() {
         let c = config(
             r#"

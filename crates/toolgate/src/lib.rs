@@ -70,6 +70,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![warn(clippy::too_many_lines)]
 
 mod adaptive;
 mod admit;
