@@ -157,7 +157,8 @@ fn compile_tool(
             .filter(|b| b.config() == cfg)
             .unwrap_or_else(|| Arc::new(Breaker::new(stats.name.clone(), cfg.clone())))
     });
-    let upstream = Upstream::new(stats.clone(), tenant_signals(t, old), &prefix);
+    let signals = old.map(|o| o.upstream.signals.clone());
+    let upstream = Upstream::new(stats.clone(), (signals, tenant_signals(t, old)), &prefix);
     ToolRuntime {
         name: stats.name.clone(),
         lock_order: lock_order(&list),
@@ -167,6 +168,7 @@ fn compile_tool(
         queue_limit: t.queue_limit,
         max_pause: t.max_pause,
         stats,
+        signals: upstream.signals.clone(),
         upstream: Arc::new(upstream),
         shared: shared.clone(),
         fast,

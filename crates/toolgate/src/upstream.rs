@@ -20,9 +20,12 @@ use crate::vocab::{Completion, Reason, Rejection};
 pub(crate) struct Upstream {
     /// The tool's name.
     pub(crate) name: Arc<str>,
-    /// The tool's counters, which keep the whole tool's signals (kept across
-    /// reloads, as the upstream's word is); also the tool's identity across reloads.
+    /// The tool's counters (its identity across reloads, too).
     pub(crate) stats: Arc<ToolStats>,
+    /// The upstream's pause and spreading of the whole tool, kept across reloads (as
+    /// the upstream's word is); a per-tenant tool keeps its tenants' own in
+    /// `tenant_signals`.
+    pub(crate) signals: Arc<Signals>,
     /// On a tool whose own quotas are per tenant (`partition = "tenant"`), each
     /// tenant's pause and spreading (the whole tool's are in `stats`, unused then);
     /// kept across reloads while the tool stays per tenant.
@@ -38,15 +41,17 @@ pub(crate) struct Upstream {
 // === impl Upstream ===
 
 impl Upstream {
-    /// The upstream of the tool whose quotas start with `prefix` (`tools.<name>`).
+    /// The upstream of the tool whose quotas start with `prefix` (`tools.<name>`),
+    /// with the signals it had before a reload, if any.
     pub(crate) fn new(
         stats: Arc<ToolStats>,
-        tenant_signals: Option<Arc<TenantSignals>>,
+        (signals, tenant_signals): (Option<Arc<Signals>>, Option<Arc<TenantSignals>>),
         prefix: &str,
     ) -> Self {
         Self {
             name: stats.name.clone(),
             stats,
+            signals: signals.unwrap_or_default(),
             tenant_signals,
             pause_path: format!("{prefix}.retry_after").into(),
             spread_path: format!("{prefix}.server_limit").into(),
@@ -71,7 +76,7 @@ impl Upstream {
         f: impl FnOnce(Option<&Signals>, Option<u64>) -> R,
     ) -> R {
         match &self.tenant_signals {
-            None => f(Some(&self.stats.signals), None),
+            None => f(Some(&self.signals), None),
             Some(ts) if ts.quiet(now) => f(None, None),
             Some(ts) => {
                 let key = ts.key(tenant.unwrap_or(""));
@@ -88,7 +93,7 @@ impl Upstream {
         f: impl FnOnce(Option<&Signals>) -> R,
     ) -> R {
         match (&self.tenant_signals, key) {
-            (None, _) => f(Some(&self.stats.signals)),
+            (None, _) => f(Some(&self.signals)),
             (Some(ts), Some(key)) => ts.with(key, f),
             (Some(_), None) => f(None),
         }
@@ -104,7 +109,7 @@ impl Upstream {
     ) -> R {
         match (&self.tenant_signals, key) {
             (Some(ts), Some(key)) => ts.update(key, now, f),
-            _ => f(&self.stats.signals),
+            _ => f(&self.signals),
         }
     }
 
