@@ -244,6 +244,10 @@ mod tests {
     }
 
     #[test]
+    #[allow(
+        clippy::too_many_lines,
+        reason = "one config and the list of every quota it resolves to, read side by side"
+    )]
     fn defaults_are_applied_and_each_quota_says_what_it_costs_and_why_it_refuses() {
         let c = config(
             r#"

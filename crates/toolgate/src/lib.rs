@@ -70,18 +70,24 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+#![warn(clippy::too_many_lines)]
 
 mod adaptive;
-mod admission;
+mod admit;
 mod circuit;
 mod clock;
 pub mod compile;
+mod compiled;
 pub mod config;
+mod denial;
 mod engine;
-mod gates;
+mod handle;
+mod held;
+mod kernel;
 mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
+mod live;
 #[cfg(doctest)]
 mod must_use;
 mod observe;
@@ -91,19 +97,24 @@ mod policy;
 mod queue;
 mod quota;
 mod rate;
+mod reserve;
 pub mod retry;
 pub mod shaping;
+mod shared;
 mod signals;
 mod state;
 pub mod store;
 mod sync;
+mod tool;
+mod upstream;
 mod vocab;
 mod wait;
 mod waiter;
 
 pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};
-pub use engine::{Engine, ExecuteError, ToolHandle};
+pub use engine::Engine;
+pub use handle::ToolHandle;
 pub use permit::{Permit, ScopedPermit};
 pub use pipeline::{
     AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, RunFailure, RunOptions, RunOutput,
@@ -111,4 +122,4 @@ pub use pipeline::{
 };
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};
-pub use vocab::{Call, Completion, Outcome, Reason, Rejection};
+pub use vocab::{Call, Completion, ExecuteError, Outcome, Reason, Rejection};

@@ -22,9 +22,6 @@ pub(crate) struct ToolStats {
     pub(crate) waiting: AtomicUsize,
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
-    /// The upstream's pause and spreading of the whole tool (kept across reloads, as
-    /// the upstream's word is); a per-tenant tool keeps its tenants' own elsewhere.
-    pub(crate) signals: crate::signals::Signals,
     metrics: ToolMetrics,
 }
 
@@ -69,7 +66,6 @@ impl ToolStats {
             waiting: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
-            signals: crate::signals::Signals::default(),
             metrics,
         }
     }
@@ -161,12 +157,6 @@ impl ToolStats {
             asked_ms = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX),
             max_pause_ms = max.as_millis() as u64,
             "the upstream asked for a longer pause than max_pause allows: cut to max_pause");
-    }
-
-    /// Whether no upstream pause or spreading of the whole tool applies at `now`.
-    #[inline]
-    pub(crate) fn unshaped(&self, now: u64) -> bool {
-        self.signals.unshaped(now)
     }
 
     /// Whether calls wait for admission now (read after a gate moved: a waiter that

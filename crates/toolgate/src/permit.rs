@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::policy::ToolRuntime;
-use crate::quota::{Cell, CostOf, Kind, Quota};
+use crate::held::{Admission, HeldParts};
+use crate::quota::{CostOf, Kind};
 use crate::store::StoreLease;
+use crate::tool::ToolRuntime;
 use crate::vocab::Completion;
 
 /// Proof that a call was admitted.
@@ -53,47 +54,6 @@ struct Extra {
     lease: Option<Box<dyn StoreLease>>,
 }
 
-/// What a permit keeps: inline for up to two parts (a token budget and a
-/// concurrency slot), so admission does not allocate.
-pub(crate) type HeldParts = smallvec::SmallVec<[Held; 2]>;
-
-/// A part of a quota a permit keeps until the call ends: concurrency to release, or a
-/// token estimate to reconcile.
-#[derive(Debug)]
-pub(crate) struct Held {
-    /// The quota's place in the tool's quotas ([`ToolRuntime::quotas`]): the permit
-    /// keeps the tool, which keeps the quota, so no reference count is taken.
-    pub(crate) index: usize,
-    /// The tenant partition's cell; `None` for an unpartitioned quota, whose one
-    /// cell the quota holds (no second reference count to take and give back).
-    pub(crate) partition: Option<Arc<Cell>>,
-    pub(crate) cost: u64,
-    /// For the parts of one reservation charged together on a bucket: the refill
-    /// (in the bucket's units) that parts given back before have already kept back,
-    /// shared so that giving back every part keeps the refill back once (see
-    /// [`Permit::cancel`]). `None`: the part is the whole charge.
-    pub(crate) kept: Option<Arc<crate::sync::Mutex<u128>>>,
-}
-
-// === impl Held ===
-
-impl Held {
-    /// The quota of the part, in `tool` (the tool whose permit keeps it).
-    pub(crate) fn quota<'t>(&self, tool: &'t ToolRuntime) -> &'t Arc<Quota> {
-        &tool.quotas[self.index]
-    }
-
-    /// The cell the part was charged to, of `quota` (its [`Held::quota`]).
-    pub(crate) fn cell<'a>(&'a self, quota: &'a Quota) -> &'a Arc<Cell> {
-        match (&self.partition, &quota.slot) {
-            (Some(cell), _) | (None, crate::quota::Slot::Single(cell)) => cell,
-            (None, crate::quota::Slot::Partitioned(_)) => {
-                unreachable!("a part of a partitioned quota keeps its partition's cell")
-            }
-        }
-    }
-}
-
 // === impl Permit ===
 
 impl Permit {
@@ -120,6 +80,15 @@ impl Permit {
         }
     }
 
+    /// The permit of a call of `tool` the kernel admitted.
+    #[inline]
+    pub(crate) fn admitted(tool: Arc<ToolRuntime>, a: Admission) -> Self {
+        let mut permit = Self::new(Some(tool), a.held, a.at, Duration::ZERO);
+        permit.probe = a.probe;
+        permit.set_tenant(a.tenant);
+        permit
+    }
+
     /// A permit that keeps no part of any quota, for a call admitted at `at`
     /// without waiting.
     pub(crate) fn immediate(tool: Option<Arc<ToolRuntime>>, at: Nanos) -> Self {
@@ -140,7 +109,7 @@ impl Permit {
     }
 
     /// Marks the permit as one of the tenant whose key this is (see
-    /// [`ToolRuntime::tenant_key`], never 0).
+    /// [`crate::upstream::Upstream::tenant_key`], never 0).
     pub(crate) fn set_tenant(&mut self, key: Option<u64>) {
         self.tenant = key.and_then(std::num::NonZeroU64::new);
     }
@@ -213,9 +182,9 @@ impl Permit {
         let Some(tool) = &self.tool else {
             return;
         };
-        let core = &tool.core;
+        let core = &tool.shared;
         for h in std::mem::take(&mut self.held) {
-            let quota = h.quota(tool);
+            let quota = h.quota(&tool.quotas);
             match quota.def.kind {
                 Kind::Concurrency(_) => h.cell(quota).lock().release(h.cost),
                 Kind::Bucket(_) => {
@@ -252,11 +221,11 @@ impl Permit {
             return;
         };
         if !self.held.is_empty() {
-            let core = &tool.core;
+            let core = &tool.shared;
             // By reference, then cleared: moving the parts out went through the
             // stack, and reading them back stalled on store forwarding.
             for h in &self.held {
-                let quota = h.quota(tool);
+                let quota = h.quota(&tool.quotas);
                 match (quota.def.kind, quota.def.cost_of) {
                     (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),
                     (_, CostOf::Tokens) => {

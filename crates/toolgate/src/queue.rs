@@ -36,13 +36,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::admission::retired;
 use crate::clock::{Clock, Nanos};
-use crate::engine::Core;
-use crate::permit::Held;
-use crate::policy::ToolRuntime;
+use crate::kernel::retired;
 use crate::quota::{Cell, CellGuard, Quota};
 use crate::sync::Mutex;
+use crate::upstream::Upstream;
 use crate::vocab::Rejection;
 use crate::waiter::{WaitSlot, Waiter};
 
@@ -154,7 +152,7 @@ impl Scheduler {
         }
     }
 
-    /// Re-gates the waiters of `tool` (only those of the tenant whose key is `tenant`,
+    /// Re-gates the waiters of the tool of `upstream` (only those of the tenant whose key is `tenant`,
     /// for a per-tenant signal) after one of its gates closed, in arrival order:
     ///
     /// - the breaker refuses calls: each is refused with the breaker's rejection;
@@ -171,7 +169,7 @@ impl Scheduler {
     pub(crate) fn regate(
         &mut self,
         clock: &dyn Clock,
-        tool: &ToolRuntime,
+        upstream: &Upstream,
         tenant: Option<u64>,
         how: &Regate,
     ) {
@@ -179,7 +177,7 @@ impl Scheduler {
         let ids: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, p)| matches!(p, Pend::Waiter(w) if w.regated_by(tool, tenant, now)))
+            .filter(|(_, p)| matches!(p, Pend::Waiter(w) if w.regated_by(upstream, tenant, now)))
             .map(|(&seq, _)| seq)
             .collect();
         let mut seeds = Vec::new();
@@ -207,6 +205,49 @@ impl Scheduler {
         }
     }
 
+    /// Records tokens charged on completion behind the reservations of `cell` (its
+    /// lock held by the caller, which reserved them there under `seq`, from
+    /// [`Scheduler::next_seq`]), so that a replan keeps them behind those waiters.
+    pub(crate) fn add_debt(
+        &mut self,
+        seq: u64,
+        quota: &Arc<Quota>,
+        cell: &Arc<Cell>,
+        cost: u64,
+        at: Nanos,
+    ) {
+        self.debts += 1;
+        self.pending.insert(
+            seq,
+            Pend::Debt {
+                quota: quota.clone(),
+                cell: cell.clone(),
+                cost,
+                at,
+            },
+        );
+    }
+
+    /// Refunds `refund` to `cell` of `quota` ahead of its reservations from `first`
+    /// on, which move up: they are replayed without it (see [`Scheduler::replan`]).
+    /// `since`, as for [`crate::quota::CellState::refund`].
+    pub(crate) fn refund_before(
+        &mut self,
+        clock: &dyn Clock,
+        (quota, cell): (&Arc<Quota>, &Arc<Cell>),
+        first: u64,
+        refund: u64,
+        since: Option<(Nanos, &Mutex<u128>)>,
+    ) {
+        let target = cell.order();
+        let seeds = [(quota.clone(), cell.clone())];
+        self.replan(clock, &seeds, first, &[], None, |guards, order, now| {
+            if let Ok(i) = order.binary_search(&target) {
+                guards[i].refund(&quota.def, refund, since, now);
+            }
+        });
+    }
+
     /// Undoes the reservations from `from` on that share a cell with `seeds`
     /// (transitively), or are listed in `also` (sorted), and replays them in arrival
     /// order at the earliest time each now fits (see [`Waiter::replay`]); a waiter
@@ -222,26 +263,7 @@ impl Scheduler {
         leaving: Option<&WaitSlot>,
         adjust: impl FnOnce(&mut [CellGuard<'_>], &[u64], Nanos),
     ) -> bool {
-        let scan_now = clock.now();
-        // The closure: cells touched, each with the first sequence number that touched it.
-        let mut cells: BTreeMap<u64, (Arc<Quota>, Arc<Cell>, u64)> = seeds
-            .iter()
-            .map(|(q, c)| (c.order(), (q.clone(), c.clone(), from)))
-            .collect();
-        let mut affected = Vec::new();
-        for (&seq, p) in self.pending.range(from..) {
-            let touches = also.binary_search(&seq).is_ok()
-                || p.cells().any(|(_, c)| cells.contains_key(&c.order()));
-            if p.at() <= scan_now || !touches {
-                continue;
-            }
-            affected.push(seq);
-            for (q, c) in p.cells() {
-                cells
-                    .entry(c.order())
-                    .or_insert_with(|| (q.clone(), c.clone(), seq));
-            }
-        }
+        let (cells, affected) = self.closure(seeds, from, also, clock.now());
         let order: Vec<u64> = cells.keys().copied().collect();
         let entries: Vec<&(Arc<Quota>, Arc<Cell>, u64)> = cells.values().collect();
         let mut guards: Vec<_> = entries.iter().map(|(_, c, _)| c.lock()).collect();
@@ -260,6 +282,53 @@ impl Scheduler {
             g.unwind_from(*first);
         }
         adjust(&mut guards, &order, now);
+        self.replay(affected, &order, &mut guards, now);
+        true
+    }
+
+    /// What a replan from `from` touches, as seen at `scan_now`: the cells (by lock
+    /// order), each with the first sequence number that touched it, and the pending
+    /// entries still in the future that touch one of them (transitively, starting
+    /// from `seeds`) or are listed in `also`.
+    #[allow(clippy::type_complexity)]
+    fn closure(
+        &self,
+        seeds: &[(Arc<Quota>, Arc<Cell>)],
+        from: u64,
+        also: &[u64],
+        scan_now: Nanos,
+    ) -> (BTreeMap<u64, (Arc<Quota>, Arc<Cell>, u64)>, Vec<u64>) {
+        let mut cells: BTreeMap<u64, (Arc<Quota>, Arc<Cell>, u64)> = seeds
+            .iter()
+            .map(|(q, c)| (c.order(), (q.clone(), c.clone(), from)))
+            .collect();
+        let mut affected = Vec::new();
+        for (&seq, p) in self.pending.range(from..) {
+            let touches = also.binary_search(&seq).is_ok()
+                || p.cells().any(|(_, c)| cells.contains_key(&c.order()));
+            if p.at() <= scan_now || !touches {
+                continue;
+            }
+            affected.push(seq);
+            for (q, c) in p.cells() {
+                cells
+                    .entry(c.order())
+                    .or_insert_with(|| (q.clone(), c.clone(), seq));
+            }
+        }
+        (cells, affected)
+    }
+
+    /// Replays the `affected` entries, unwound, in arrival order on the locked cells
+    /// (`guards`, of the cells of `order`): each waiter at the earliest time it now
+    /// fits (or refused, beyond its deadline), each debt after the last reservation.
+    fn replay(
+        &mut self,
+        affected: Vec<u64>,
+        order: &[u64],
+        guards: &mut [CellGuard<'_>],
+        now: Nanos,
+    ) {
         let mut refused = Vec::new();
         for seq in affected {
             let Some(p) = self.pending.get_mut(&seq) else {
@@ -267,7 +336,7 @@ impl Scheduler {
             };
             let idx = |c: &Arc<Cell>| order.binary_search(&c.order()).ok();
             match p {
-                Pend::Waiter(w) => match w.replay(&order, &guards, now) {
+                Pend::Waiter(w) => match w.replay(order, guards, now) {
                     Ok(at) => {
                         for (q, c, cost) in &w.steps {
                             if let Some(i) = idx(c) {
@@ -297,121 +366,5 @@ impl Scheduler {
                 w.slot.refuse(r);
             }
         }
-        true
-    }
-}
-
-// === impl Core ===
-
-impl Core {
-    /// Reconciles a token estimate against the actual count: charges the difference
-    /// or refunds it (never above capacity). Behind waiters' reservations, a charge
-    /// goes after them (so nobody's promised time moves back) and a refund goes before
-    /// them (so they move up).
-    /// Charges or refunds the difference between `h`'s cost and `actual`; `since`
-    /// (when the cost was charged) marks a refund of a charge given back unused.
-    pub(crate) fn reconcile(
-        &self,
-        quota: &Arc<Quota>,
-        h: &Held,
-        actual: u64,
-        since: Option<(Nanos, &Mutex<u128>)>,
-    ) {
-        let def = &quota.def;
-        if actual == h.cost {
-            return;
-        }
-        let now = self.clock.now();
-        {
-            let mut g = h.cell(quota).lock();
-            if g.is_retired() {
-                return reconcile_successor(g, h.cost, actual, since, now);
-            }
-            g.settle(def, now);
-            if !g.has_future(now) {
-                return apply_difference(&mut g, def, h.cost, actual, since, now);
-            }
-        }
-        let mut sched = self.sched.lock();
-        let now = self.clock.now();
-        let first = {
-            let mut g = h.cell(quota).lock();
-            if g.is_retired() {
-                // Retired by a reload since the lock above was let go.
-                return reconcile_successor(g, h.cost, actual, since, now);
-            }
-            g.settle(def, now);
-            if !g.has_future(now) {
-                return apply_difference(&mut g, def, h.cost, actual, since, now);
-            }
-            if actual > h.cost {
-                let seq = sched.next_seq();
-                let at = g.last_reserved();
-                g.reserve_debt(def, seq, actual - h.cost, at);
-                sched.debts += 1;
-                sched.pending.insert(
-                    seq,
-                    Pend::Debt {
-                        quota: quota.clone(),
-                        cell: h.cell(quota).clone(),
-                        cost: actual - h.cost,
-                        at,
-                    },
-                );
-                return;
-            }
-            g.first_future_seq(now)
-        };
-        let Some(first) = first else {
-            return;
-        };
-        let refund = h.cost - actual;
-        let target = h.cell(quota).order();
-        let seeds = [(quota.clone(), h.cell(quota).clone())];
-        sched.replan(
-            &*self.clock,
-            &seeds,
-            first,
-            &[],
-            None,
-            |guards, order, now| {
-                if let Ok(i) = order.binary_search(&target) {
-                    guards[i].refund(def, refund, since, now);
-                }
-            },
-        );
-    }
-}
-
-/// Reconciles against the cell that carries a retired cell's state now (a reload
-/// moved it): the difference goes there, after whatever that cell has promised.
-fn reconcile_successor(
-    retired: crate::quota::CellGuard<'_>,
-    estimate: u64,
-    actual: u64,
-    since: Option<(Nanos, &Mutex<u128>)>,
-    now: Nanos,
-) {
-    let next = retired.successor();
-    drop(retired);
-    if let Some((cell, def)) = next.and_then(|n| n.follow(now)) {
-        let mut g = cell.lock();
-        g.settle(&def, now);
-        apply_difference(&mut g, &def, estimate, actual, since, now);
-    }
-}
-
-fn apply_difference(
-    g: &mut crate::quota::CellState,
-    def: &crate::quota::QuotaDef,
-    estimate: u64,
-    actual: u64,
-    since: Option<(Nanos, &Mutex<u128>)>,
-    now: Nanos,
-) {
-    if actual > estimate {
-        g.charge_debt(def, actual - estimate, now);
-    } else {
-        g.refund(def, estimate - actual, since, now);
     }
 }

@@ -17,8 +17,10 @@ mod after;
 mod backoff;
 mod budget;
 mod classify;
+mod runtime;
 
 pub use after::retry_after;
 pub use backoff::Backoff;
 pub use budget::RetryBudget;
 pub use classify::{classify, Attempt, Class};
+pub(crate) use runtime::RetryRuntime;

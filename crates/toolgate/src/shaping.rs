@@ -176,6 +176,7 @@ mod tests {
 
     type Case<'a> = (&'a [(&'a str, &'a str)], Option<(Option<u64>, u64, u64)>);
 
+    // Over 60 lines: one table of header sets and what each reads as.
     #[test]
     fn every_header_convention_is_read() {
         let now = at(1_700_000_000);

@@ -3,9 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::engine::Engine;
-use crate::policy::ToolRuntime;
+use crate::live::Live;
 use crate::quota::{Cell, CostOf, Kind, Quota, Slot};
+use crate::tool::ToolRuntime;
 use crate::vocab::{Mode, OnLimit};
 
 /// The live state of one tool.
@@ -54,66 +54,55 @@ pub struct QuotaState {
     pub mode: Mode,
 }
 
-// === impl Engine ===
+/// The state of `tool` (of `tenant`'s partitions, when given), or `None` for a tool
+/// without a policy (see [`crate::Engine::tool_state`]).
+pub(crate) fn tool_state(live: &Live, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
+    let compiled = live.compiled();
+    let now = live.shared.clock.now();
+    compiled.tools.get(tool).map(|t| snapshot(t, tenant, now))
+}
 
-impl Engine {
-    /// The state of `tool` (of `tenant`'s partitions, when given), or `None` for a
-    /// tool without a policy.
-    pub fn tool_state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
-        let compiled = self.compiled();
-        let now = self.clock().now();
-        compiled.tools.get(tool).map(|t| snapshot(t, tenant, now))
-    }
+/// What quota `quota` of `tool` has left now (see [`crate::Engine::available`]).
+pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&str>) -> Option<u64> {
+    let compiled = live.compiled();
+    let q = compiled
+        .tools
+        .get(tool)?
+        .quotas
+        .iter()
+        .find(|q| &*q.def.path == quota)?;
+    let now = live.shared.clock.now();
+    let Some(cell) = cell_of(q, tenant) else {
+        // An unseen tenant has a fresh, full partition.
+        return tenant.map(|_| q.def.capacity());
+    };
+    let mut g = cell.lock();
+    g.settle(&q.def, now);
+    Some(g.limiter.available(&q.def, now))
+}
 
-    /// What quota `quota` (a config path such as `tools.lookup_customer.rate`) of
-    /// `tool` has left now, for `tenant`'s partition when it is partitioned: the
-    /// one figure of [`Engine::tool_state`] that a `RateLimit` response header needs,
-    /// read under one lock without building the whole state. `None` when the tool
-    /// has no such quota (or it lives in a shared store).
-    pub fn available(&self, tool: &str, quota: &str, tenant: Option<&str>) -> Option<u64> {
-        let compiled = self.compiled();
-        let q = compiled
-            .tools
-            .get(tool)?
-            .quotas
-            .iter()
-            .find(|q| &*q.def.path == quota)?;
-        let now = self.clock().now();
-        let Some(cell) = cell_of(q, tenant) else {
-            // An unseen tenant has a fresh, full partition.
-            return tenant.map(|_| q.def.capacity());
-        };
-        let mut g = cell.lock();
-        g.settle(&q.def, now);
-        Some(g.limiter.available(&q.def, now))
-    }
-
-    /// Evicts every idle tenant partition now (an idle partition is one whose state
-    /// equals a fresh one, so this never changes a decision). Eviction also happens
-    /// on its own as partitions are created; this is for callers that want memory
-    /// back at a moment of their choosing.
-    pub fn sweep_partitions(&self) {
-        let compiled = self.compiled();
-        let now = self.clock().now();
-        for q in compiled.quotas.values() {
-            if let Slot::Partitioned(p) = &q.slot {
-                p.sweep(&q.def, now);
-            }
+/// Evicts every idle tenant partition now (see [`crate::Engine::sweep_partitions`]).
+pub(crate) fn sweep_partitions(live: &Live) {
+    let compiled = live.compiled();
+    let now = live.shared.clock.now();
+    for q in compiled.quotas.values() {
+        if let Slot::Partitioned(p) = &q.slot {
+            p.sweep(&q.def, now);
         }
     }
+}
 
-    /// The state of every tool with a policy, sorted by name.
-    pub fn tool_states(&self) -> Vec<ToolState> {
-        let compiled = self.compiled();
-        let now = self.clock().now();
-        let mut all: Vec<ToolState> = compiled
-            .tools
-            .values()
-            .map(|t| snapshot(t, None, now))
-            .collect();
-        all.sort_by(|a, b| a.tool.cmp(&b.tool));
-        all
-    }
+/// The state of every tool with a policy, sorted by name.
+pub(crate) fn tool_states(live: &Live) -> Vec<ToolState> {
+    let compiled = live.compiled();
+    let now = live.shared.clock.now();
+    let mut all: Vec<ToolState> = compiled
+        .tools
+        .values()
+        .map(|t| snapshot(t, None, now))
+        .collect();
+    all.sort_by(|a, b| a.tool.cmp(&b.tool));
+    all
 }
 
 fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {

@@ -16,17 +16,30 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::admission::{binds, lock_all, retired, Denial, Step};
-use crate::circuit::CircuitState;
 use crate::clock::{nanos, Nanos};
-use crate::engine::Core;
-use crate::permit::{HeldParts, Permit};
-use crate::policy::ToolRuntime;
-use crate::quota::{CostOf, Fit, Kind};
+use crate::denial::Denial;
+use crate::held::HeldParts;
+use crate::kernel::{evaluate, lock_all, retired, shadow_pass, Step};
+use crate::observe::QueueSlot;
+use crate::permit::Permit;
+use crate::quota::{CellGuard, CostOf, Kind};
+use crate::shared::Shared;
 use crate::signals::Signals;
 use crate::sync::Mutex;
+use crate::tool::ToolRuntime;
 use crate::vocab::{Call, Reason, Rejection, MAX_WAIT_LIMIT};
 use crate::waiter::{acquire, sleep_until_slot, Acquired, Steps, WaitSlot, Waiter};
+
+/// A call on the wait path: its tool, and what it asks for beyond its plan.
+pub(crate) struct Waiting<'c> {
+    tool: Arc<ToolRuntime>,
+    want: Want<'c>,
+    call: Call<'c>,
+    /// When it started waiting.
+    start: Nanos,
+    /// Its place in the tool's queue, counted until it leaves.
+    _queued: QueueSlot,
+}
 
 /// What a waiting call asks for, beyond its plan.
 struct Want<'c> {
@@ -66,7 +79,7 @@ enum Woke {
 /// The waiter's registration with the scheduler; leaves the queue (giving back its
 /// reservations, as if it had never come) unless disarmed.
 struct WaitGuard<'a> {
-    core: &'a Core,
+    shared: &'a Shared,
     seq: u64,
     slot: Arc<WaitSlot>,
     armed: bool,
@@ -84,57 +97,72 @@ struct ConcHold<'a> {
     held: HeldParts,
 }
 
-// === impl ToolRuntime ===
+// === impl Waiting ===
 
-impl ToolRuntime {
-    /// The wait path of [`crate::Engine::admit`]: `first` is the immediate attempt's
-    /// denial.
-    pub(crate) async fn wait(
-        self: Arc<Self>,
-        call: Call<'_>,
+impl<'c> Waiting<'c> {
+    /// The wait path of [`crate::Engine::admit`] for `call` of `tool`, whose
+    /// immediate attempt was denied with `first`: the call joins the tool's queue,
+    /// or is refused now (its predicted wait is too long, or the queue is full).
+    /// [`Waiting::run`] then waits. (Two steps rather than one async function: one
+    /// level less of nested futures on the stack of the task that polls it.)
+    pub(crate) fn join(
+        tool: Arc<ToolRuntime>,
+        call: Call<'c>,
         first: Denial,
-    ) -> Result<Permit, Denial> {
-        let core = &*self.core;
-        let clock = &*core.clock;
-        let start = clock.now();
-        let max_wait = call.wait_limit(self.max_wait).min(MAX_WAIT_LIMIT);
+    ) -> Result<Self, Denial> {
+        let start = tool.shared.clock.now();
+        let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
         let want = Want {
             tenant: call.tenant,
-            key: self.tenant_key(call.tenant),
+            key: tool.upstream.tenant_key(call.tenant),
             deadline: start.saturating_add(nanos(max_wait)),
             quota: first.rejection.quota().into(),
         };
         if first.at > want.deadline {
-            return Err(self.too_long(&want.quota, first.at - start).into());
+            let quota = &want.quota;
+            return Err(tool.upstream.too_long(quota, first.at - start).into());
         }
-        let Some(_queued) = self.stats.enter_queue(self.queue_limit) else {
+        let Some(queued) = tool.stats.enter_queue(tool.queue_limit) else {
             let retry = first.rejection.retry_after();
-            return Err(
-                Rejection::new(self.name.clone(), want.quota, Reason::QueueFull, retry).into(),
-            );
+            let r = Rejection::new(tool.name.clone(), want.quota, Reason::QueueFull, retry);
+            return Err(r.into());
         };
+        Ok(Self {
+            tool,
+            want,
+            call,
+            start,
+            _queued: queued,
+        })
+    }
+
+    /// Waits for a call that has joined the tool's queue: its concurrency slots,
+    /// then its rate time; then the permit.
+    pub(crate) async fn run(self) -> Result<Permit, Denial> {
+        let (call, start) = (&self.call, self.start);
+        let (tool, want) = (&self.tool, &self.want);
         // A half-open probe slot is held while waiting and given back if the call
         // never runs.
         let mut probe = ProbeHold {
-            tool: &self,
-            held: self.circuit_gate(start).map_err(|d| d.rejection)?,
+            tool,
+            held: tool.circuit_gate(start).map_err(|d| d.rejection)?,
         };
-        let plan = match self.plan(&call, start) {
+        let plan = match tool.plan(call, start) {
             Ok(plan) => plan,
             // A reload replaced a tenant's partitions: start over on its policy.
             Err(d) if d.stale => return Err(d),
             Err(d) => return Err(d.rejection.into()),
         };
-        let mut guard = WaitGuard::enqueue(core, &self, want.key, want.deadline);
-        let mut conc = self.concurrency(&plan, &want, &mut guard).await?;
+        let mut guard = WaitGuard::enqueue(&tool.shared, tool, want.key, want.deadline);
+        let mut conc = self.concurrency(&plan, &mut guard).await?;
         let rate: SmallVec<[&Step<'_>; 4]> = plan
             .iter()
             .filter(|s| !s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
             .collect();
-        let admitted_at = self.rate_time(&mut guard, &rate, &want, &mut probe).await?;
+        let admitted_at = self.rate_time(&mut guard, &rate, &mut probe).await?;
 
         // Admitted: collect what the permit keeps, run the shadow quotas.
-        let now = clock.now();
+        let now = tool.shared.clock.now();
         let mut held = std::mem::take(&mut conc.held);
         held.extend(
             rate.iter()
@@ -143,11 +171,13 @@ impl ToolRuntime {
         );
         if plan.iter().any(|s| s.quota.def.shadow) {
             let mut guards = lock_all(&plan);
-            self.shadow_pass(&plan, &mut guards, now, call.tenant, &mut held);
+            if let Some((i, reason)) = shadow_pass(&plan, &mut guards, now, &mut held) {
+                tool.shadow_refused(&plan[i], reason, call.tenant);
+            }
         }
         let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
-        self.on_admit(waited, call.tenant);
-        let mut permit = Permit::new(Some(self.clone()), held, admitted_at, waited);
+        tool.on_admit(waited, call.tenant);
+        let mut permit = Permit::new(Some(tool.clone()), held, admitted_at, waited);
         permit.set_probe(probe.disarm());
         permit.set_tenant(want.key);
         Ok(permit)
@@ -157,24 +187,25 @@ impl ToolRuntime {
     async fn concurrency(
         &self,
         plan: &[Step<'_>],
-        want: &Want<'_>,
         guard: &mut WaitGuard<'_>,
     ) -> Result<ConcHold<'_>, Denial> {
+        let tool = &self.tool;
         let mut conc = ConcHold {
-            tool: self,
+            tool,
             held: HeldParts::new(),
         };
         for s in plan
             .iter()
             .filter(|s| s.is_concurrency() && !s.quota.def.shadow && s.cost > 0)
         {
-            match acquire(&*self.core.clock, s, want.deadline, &guard.slot).await {
+            let deadline = self.want.deadline;
+            match acquire(&*tool.shared.clock, s, deadline, &guard.slot).await {
                 Acquired::Granted => conc.held.push(s.held()),
                 Acquired::TimedOut => {
-                    let r = self.rejection(s.quota, Reason::ConcurrencyLimited, None);
+                    let r = tool.rejection(s.quota, Reason::ConcurrencyLimited, None);
                     return Err(r.into());
                 }
-                Acquired::Rejected => return Err(guard.refused(self, want)),
+                Acquired::Rejected => return Err(self.refused(guard)),
             }
         }
         Ok(conc)
@@ -183,28 +214,27 @@ impl ToolRuntime {
     /// Phase 2: reserves the rate time and sleeps until then, and reserves again when
     /// a gate voids the reservation as its time comes; the admission time.
     async fn rate_time(
-        self: &Arc<Self>,
+        &self,
         guard: &mut WaitGuard<'_>,
         rate: &[&Step<'_>],
-        want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
     ) -> Result<Nanos, Denial> {
         loop {
-            if let Reserved::Now(now) = self.reserve(guard, rate, want, probe)? {
+            if let Reserved::Now(now) = self.reserve(guard, rate, probe)? {
                 return Ok(now);
             }
-            let (at, denial) = match self.sleep(guard, want, probe).await? {
+            let (at, denial) = match self.sleep(guard, probe).await? {
                 Woke::Admitted(at) => return Ok(at),
                 Woke::Void { at, denial } => (at, denial),
             };
-            give_back(&self.core, rate, at);
+            give_back(&self.tool.shared, rate, at);
             if !denial.can_wait {
                 return Err(denial.rejection.into());
             }
-            if denial.at > want.deadline {
+            if denial.at > self.want.deadline {
                 let quota: Arc<str> = denial.rejection.quota().into();
-                let now = self.core.clock.now();
-                return Err(self.too_long(&quota, denial.at - now).into());
+                let now = self.tool.shared.clock.now();
+                return Err(self.tool.upstream.too_long(&quota, denial.at - now).into());
             }
         }
     }
@@ -213,15 +243,14 @@ impl ToolRuntime {
     /// upstream's pause and on a spreading slot, under the scheduler's lock (where
     /// the gates cannot move unseen): admitted at once when that time is now.
     fn reserve(
-        self: &Arc<Self>,
+        &self,
         guard: &mut WaitGuard<'_>,
         rate: &[&Step<'_>],
-        want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
     ) -> Result<Reserved, Denial> {
-        let clock = &*self.core.clock;
-        let mut sched = self.core.sched.lock();
-        let now = clock.now();
+        let (tool, want) = (&self.tool, &self.want);
+        let mut sched = tool.shared.sched.lock();
+        let now = tool.shared.clock.now();
         // The registration (queued, or a reservation a gate voided) makes way for
         // the reservation; a waiter refused by a re-gating has nothing left.
         if let Some(r) = guard.slot.refusal() {
@@ -230,13 +259,13 @@ impl ToolRuntime {
         }
         let registered = sched.remove(guard.seq);
         guard.armed = false;
-        self.recheck_circuit(now, probe)?;
+        tool.recheck_circuit(now, &mut probe.held)?;
         sched.collect_debts(now);
         let mut guards: SmallVec<[_; 4]> = rate.iter().map(|s| s.cell.get().lock()).collect();
         if retired(&guards) {
-            return Err(self.stale(&want.quota));
+            return Err(self.stale());
         }
-        let Timing { at, paused, spread } = self.timing(rate, &mut guards, want, now)?;
+        let Timing { at, paused, spread } = self.timing(rate, &mut guards, now)?;
         if at <= now {
             for (s, g) in rate.iter().zip(guards.iter_mut()) {
                 g.charge(&s.quota.def, s.cost, now);
@@ -252,8 +281,9 @@ impl ToolRuntime {
             .iter()
             .map(|s| (s.quota.clone(), s.cell.get().clone(), s.cost))
             .collect();
+        let upstream = &tool.upstream;
         let mut w = registered
-            .unwrap_or_else(|| Box::new(Waiter::queued(self.clone(), want.key, want.deadline)));
+            .unwrap_or_else(|| Box::new(Waiter::queued(upstream.clone(), want.key, want.deadline)));
         (w.steps, w.reserved, w.slot) = (steps, true, guard.slot.clone());
         (w.not_before, w.spread) = (paused, spread);
         sched.insert(seq, w);
@@ -268,25 +298,21 @@ impl ToolRuntime {
     fn timing(
         &self,
         rate: &[&Step<'_>],
-        guards: &mut [crate::quota::CellGuard<'_>],
-        want: &Want<'_>,
+        guards: &mut [CellGuard<'_>],
         now: Nanos,
     ) -> Result<Timing, Rejection> {
-        let (mut at, mut by) = (now, want.quota.clone());
-        let mut binding = None;
-        for (s, g) in rate.iter().zip(guards.iter_mut()) {
-            g.settle(&s.quota.def, now);
-            if let Fit::At(t) = g.fit(&s.quota.def, s.cost, now) {
-                if binds(t, s.rank, at, binding, now) {
-                    (at, by, binding) = (t, s.quota.def.path.clone(), Some(s.rank));
-                }
-            }
-        }
-        let paused = self.signals_of(want.tenant, now, |s, _| s.map_or(0, Signals::paused_until));
+        let (up, want) = (&*self.tool.upstream, &self.want);
+        // The quotas' earliest time: the kernel's evaluation of the rate steps.
+        let v = evaluate(rate, guards, now, false);
+        let (mut at, mut by) = match v.binding {
+            Some(i) => (v.at, rate[i].quota.def.path.clone()),
+            None => (v.at, want.quota.clone()),
+        };
+        let paused = up.signals_of(want.tenant, now, |s, _| s.map_or(0, Signals::paused_until));
         if paused > at {
-            (at, by) = (paused, self.pause_path.clone());
+            (at, by) = (paused, up.pause_path.clone());
         }
-        let claim = self.signals_of(want.tenant, now, |s, _| {
+        let claim = up.signals_of(want.tenant, now, |s, _| {
             s.map(|s| s.claim_at(at, want.deadline))
         });
         let slot = match claim {
@@ -295,10 +321,10 @@ impl ToolRuntime {
             None => None,
         };
         if let Some(s) = slot.filter(|&s| s > at) {
-            (at, by) = (s, self.spread_path.clone());
+            (at, by) = (s, up.spread_path.clone());
         }
         if at > want.deadline {
-            return Err(self.too_long(&by, at - now));
+            return Err(up.too_long(&by, at - now));
         }
         // Within the deadline, a slot is a claimed one.
         Ok(Timing {
@@ -313,16 +339,16 @@ impl ToolRuntime {
     async fn sleep(
         &self,
         guard: &mut WaitGuard<'_>,
-        want: &Want<'_>,
         probe: &mut ProbeHold<'_>,
     ) -> Result<Woke, Denial> {
-        let clock = &*self.core.clock;
+        let tool = &self.tool;
+        let clock = &*tool.shared.clock;
         loop {
             sleep_until_slot(clock, &guard.slot).await;
-            let mut sched = self.core.sched.lock();
+            let mut sched = tool.shared.sched.lock();
             let now = clock.now();
             if guard.slot.is_refused() {
-                return Err(guard.refused(self, want));
+                return Err(self.refused(guard));
             }
             let at = guard.slot.at();
             if at > now {
@@ -332,8 +358,9 @@ impl ToolRuntime {
             let spread = sched.remove(guard.seq).and_then(|w| w.spread);
             guard.armed = false;
             drop(sched);
+            let tenant = self.want.tenant;
             return Ok(
-                match self.gates_on_waking(now, want.tenant, spread, probe) {
+                match tool.gates_on_waking(now, tenant, spread, &mut probe.held) {
                     Ok(()) => Woke::Admitted(at),
                     Err(denial) => Woke::Void { at, denial },
                 },
@@ -341,109 +368,38 @@ impl ToolRuntime {
         }
     }
 
-    /// The gates, asked again by a waiter whose time has come, in the order an
-    /// immediate call asks them; `spread` is the spreading slot it holds already.
-    fn gates_on_waking(
-        &self,
-        now: Nanos,
-        tenant: Option<&str>,
-        spread: Option<Nanos>,
-        probe: &mut ProbeHold<'_>,
-    ) -> Result<(), Denial> {
-        self.pause_gate(now, tenant)?;
-        let claim = match spread {
-            Some(_) => None,
-            None => self.spread_gate(now, tenant)?,
-        };
-        self.recheck_circuit(now, probe).map_err(|rejection| {
-            self.unspread(claim);
-            Denial {
-                rejection,
-                at: now,
-                can_wait: false,
-                stale: false,
-            }
-        })
-    }
-
-    /// The gates asked again for a call that a shared store admitted after it waited
-    /// there (`probe`: whether its permit holds a half-open probe, updated). The
-    /// pause and the breaker are asked as for a waiter whose time has come; spreading
-    /// is not (the call claimed its spreading slot before it went to the store).
-    pub(crate) fn gates_after_store(
-        &self,
-        now: Nanos,
-        tenant: Option<&str>,
-        probe: &mut bool,
-    ) -> Result<(), Denial> {
-        self.pause_gate(now, tenant)?;
-        let mut hold = ProbeHold {
-            tool: self,
-            held: *probe,
-        };
-        *probe = false;
-        match self.recheck_circuit(now, &mut hold) {
-            Ok(()) => {
-                *probe = hold.disarm();
-                Ok(())
-            }
-            Err(rejection) => Err(Denial {
-                rejection,
-                at: now,
-                can_wait: false,
-                stale: false,
-            }),
+    /// The rejection a re-gating refused the waiter with (it is out of the queue); a
+    /// stale denial, to start over, if it has none.
+    fn refused(&self, guard: &mut WaitGuard<'_>) -> Denial {
+        guard.armed = false;
+        match guard.slot.refusal() {
+            Some(r) => r.into(),
+            None => self.stale(),
         }
-    }
-
-    /// Asks the breaker again for a waiter: one that holds a half-open probe keeps it
-    /// unless the circuit has opened since (which voided every probe), and any other
-    /// is let through, made a probe or refused as a new call would be.
-    fn recheck_circuit(&self, now: Nanos, probe: &mut ProbeHold<'_>) -> Result<(), Rejection> {
-        let Some(b) = &self.breaker else {
-            return Ok(());
-        };
-        if probe.held {
-            if b.state() != CircuitState::Open {
-                return Ok(());
-            }
-            probe.held = false;
-        }
-        probe.held = self.circuit_gate(now).map_err(|d| d.rejection)?;
-        Ok(())
     }
 
     /// The denial of a waiter whose plan a reload retired: no answer, but a retry on
     /// the policy now in force (its rejection, naming the quota that first refused the
     /// call, is never told).
-    fn stale(&self, quota: &Arc<str>) -> Denial {
-        let placeholder =
-            Rejection::new(self.name.clone(), quota.clone(), Reason::RateLimited, None);
+    fn stale(&self) -> Denial {
+        let quota = self.want.quota.clone();
+        let placeholder = Rejection::new(self.tool.name.clone(), quota, Reason::RateLimited, None);
         Denial::stale(placeholder)
-    }
-
-    fn too_long(&self, quota: &Arc<str>, retry: Nanos) -> Rejection {
-        Rejection::new(
-            self.name.clone(),
-            quota.clone(),
-            Reason::MaxWaitExceeded,
-            Some(Duration::from_nanos(retry)),
-        )
     }
 }
 
 /// Gives back what a waiter's reservation at `at` charged, now that it will not run
 /// then: less the refill since, as [`Permit::cancel`] does (its charges are settled,
 /// so they cannot be undone exactly).
-fn give_back(core: &Core, rate: &[&Step<'_>], at: Nanos) {
+fn give_back(shared: &Shared, rate: &[&Step<'_>], at: Nanos) {
     for s in rate {
         match s.quota.def.kind {
             Kind::Bucket(_) => {
                 let kept = Mutex::new(0);
-                core.reconcile(s.quota, &s.held(), 0, Some((at, &kept)));
+                shared.reconcile(s.quota, &s.held(), 0, Some((at, &kept)));
             }
             Kind::Sliding(_) => {
-                let now = core.clock.now();
+                let now = shared.clock.now();
                 s.cell.get().lock().unrecord(&s.quota.def, at, s.cost, now);
             }
             Kind::Concurrency(_) => {}
@@ -455,27 +411,17 @@ fn give_back(core: &Core, rate: &[&Step<'_>], at: Nanos) {
 
 impl<'a> WaitGuard<'a> {
     /// Registers a call that starts waiting.
-    fn enqueue(core: &'a Core, tool: &Arc<ToolRuntime>, key: Option<u64>, deadline: Nanos) -> Self {
-        let w = Box::new(Waiter::queued(tool.clone(), key, deadline));
+    fn enqueue(shared: &'a Shared, tool: &ToolRuntime, key: Option<u64>, deadline: Nanos) -> Self {
+        let w = Box::new(Waiter::queued(tool.upstream.clone(), key, deadline));
         let slot = w.slot.clone();
-        let mut sched = core.sched.lock();
+        let mut sched = shared.sched.lock();
         let seq = sched.next_seq();
         sched.insert(seq, w);
         Self {
-            core,
+            shared,
             seq,
             slot,
             armed: true,
-        }
-    }
-
-    /// The rejection a re-gating refused the waiter with (it is out of the queue); a
-    /// stale denial, to start over, if it has none.
-    fn refused(&mut self, tool: &ToolRuntime, want: &Want<'_>) -> Denial {
-        self.armed = false;
-        match self.slot.refusal() {
-            Some(r) => r.into(),
-            None => tool.stale(&want.quota),
         }
     }
 }
@@ -483,8 +429,8 @@ impl<'a> WaitGuard<'a> {
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let mut sched = self.core.sched.lock();
-            sched.leave(&*self.core.clock, self.seq, &self.slot);
+            let mut sched = self.shared.sched.lock();
+            sched.leave(&*self.shared.clock, self.seq, &self.slot);
         }
     }
 }
@@ -508,7 +454,7 @@ impl Drop for ProbeHold<'_> {
 impl Drop for ConcHold<'_> {
     fn drop(&mut self) {
         for h in self.held.drain(..) {
-            h.cell(h.quota(self.tool)).lock().release(h.cost);
+            h.cell(h.quota(&self.tool.quotas)).lock().release(h.cost);
         }
     }
 }

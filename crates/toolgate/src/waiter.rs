@@ -8,17 +8,16 @@ use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
-use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::admission::Step;
 use crate::clock::{Clock, Nanos, Sleep};
-use crate::policy::ToolRuntime;
+use crate::kernel::Step;
 use crate::quota::{Cell, CellGuard, ConcWaiter, Fit, Quota};
 use crate::signals::Signals;
 use crate::sync::{AtomicU64, Mutex};
-use crate::vocab::{Reason, Rejection};
+use crate::upstream::Upstream;
+use crate::vocab::Rejection;
 
 pub(crate) type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64); 4]>;
 
@@ -30,8 +29,8 @@ pub(crate) struct Waiter {
     pub(crate) steps: Steps,
     pub(crate) reserved: bool,
     pub(crate) slot: Arc<WaitSlot>,
-    /// The tool whose call it is: its signals, paths and breaker.
-    pub(crate) tool: Arc<ToolRuntime>,
+    /// The upstream of the tool whose call it is: its signals and paths.
+    pub(crate) upstream: Arc<Upstream>,
     /// Its tenant's key, on a tool with per-tenant signals.
     pub(crate) tenant: Option<u64>,
     /// The latest admission time it accepts (its arrival plus its `max_wait`).
@@ -126,12 +125,12 @@ impl WaitSlot {
 
 impl Waiter {
     /// A call that starts waiting (queued, not reserved yet).
-    pub(crate) fn queued(tool: Arc<ToolRuntime>, tenant: Option<u64>, deadline: Nanos) -> Self {
+    pub(crate) fn queued(upstream: Arc<Upstream>, tenant: Option<u64>, deadline: Nanos) -> Self {
         Self {
             steps: Steps::new(),
             reserved: false,
             slot: Arc::new(WaitSlot::queued()),
-            tool,
+            upstream,
             tenant,
             deadline,
             not_before: 0,
@@ -148,7 +147,7 @@ impl Waiter {
         guards: &[CellGuard<'_>],
         now: Nanos,
     ) -> Result<Nanos, Rejection> {
-        let tool = self.tool.clone();
+        let tool = self.upstream.clone();
         let mut at = now.max(self.not_before);
         let mut by = &tool.pause_path;
         for (q, c, cost) in &self.steps {
@@ -176,25 +175,17 @@ impl Waiter {
             (at, by) = (s, &tool.spread_path);
         }
         if at > self.deadline {
-            return Err(self.too_long(by, at - now));
+            return Err(tool.too_long(by, at - now));
         }
         self.spread = slot;
         Ok(at)
     }
 
-    fn too_long(&self, quota: &Arc<str>, retry: Nanos) -> Rejection {
-        Rejection::new(
-            self.tool.name.clone(),
-            quota.clone(),
-            Reason::MaxWaitExceeded,
-            Some(Duration::from_nanos(retry)),
-        )
-    }
-
-    /// Whether a gate of `tool` that closed at `now` (of tenant `tenant`'s, if given)
-    /// concerns this waiter: one of its calls that is not admitted yet.
-    pub(crate) fn regated_by(&self, tool: &ToolRuntime, tenant: Option<u64>, now: Nanos) -> bool {
-        Arc::ptr_eq(&self.tool.stats, &tool.stats)
+    /// Whether a gate of the tool of `upstream` that closed at `now` (of tenant
+    /// `tenant`'s, if given) concerns this waiter: one of its calls that is not
+    /// admitted yet.
+    pub(crate) fn regated_by(&self, upstream: &Upstream, tenant: Option<u64>, now: Nanos) -> bool {
+        Arc::ptr_eq(&self.upstream.stats, &upstream.stats)
             && tenant.is_none_or(|k| self.tenant == Some(k))
             && (!self.reserved || self.slot.at() > now)
     }
@@ -203,7 +194,7 @@ impl Waiter {
     /// beyond the deadline, the rejection to refuse the waiter with), and a spreading
     /// slot held is given back to be claimed afresh in arrival order.
     pub(crate) fn repause(&mut self, now: Nanos) -> Option<Rejection> {
-        let tool = self.tool.clone();
+        let tool = self.upstream.clone();
         let until = tool.signals_by_key(self.tenant, |s| {
             if let (Some(s), Some(slot)) = (s, self.spread.take()) {
                 s.rewind_spread(slot);
@@ -211,7 +202,7 @@ impl Waiter {
             s.map_or(0, Signals::paused_until)
         });
         if until > now && until > self.deadline {
-            return Some(self.too_long(&tool.pause_path, until - now));
+            return Some(tool.too_long(&tool.pause_path, until - now));
         }
         self.not_before = self.not_before.max(until);
         None

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::{CallSpec, ResponseFuture};
-use crate::engine::{Engine, ExecuteError};
+use crate::engine::Engine;
 use crate::pipeline::{AttemptRecord, AttemptResult, RunOptions, StopReason};
+use crate::vocab::ExecuteError;
 
 /// What the pipeline needs to know of a response: its status and `Retry-After`.
 /// Implemented for [`http::Response`].

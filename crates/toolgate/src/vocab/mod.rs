@@ -1,7 +1,7 @@
 //! The words every layer of the engine speaks, from the config's compiler to the
 //! decision and the permit: what a call asks for ([`Call`]), what it is told when the
 //! answer is no ([`Rejection`], [`Reason`]), how it ended ([`Outcome`],
-//! [`Completion`]), the quotas' words ([`Rate`], [`Window`], [`Partition`]), the
+//! [`Completion`], [`ExecuteError`]), the quotas' words ([`Rate`], [`Window`], [`Partition`]), the
 //! policy's switches ([`Mode`], [`OnLimit`], [`UnknownTools`]) and the bounds the
 //! decision reads ([`MAX_WAIT_LIMIT`] and the others in `limits`).
 //!
@@ -15,6 +15,7 @@ mod call;
 mod completion;
 mod cost_of;
 mod duration;
+mod execute_error;
 mod limits;
 mod mode;
 mod on_limit;
@@ -29,6 +30,7 @@ mod window;
 pub use call::Call;
 pub use completion::Completion;
 pub use cost_of::CostOf;
+pub use execute_error::ExecuteError;
 pub use limits::{DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PAUSE, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT};
 pub use mode::Mode;
 pub use on_limit::OnLimit;

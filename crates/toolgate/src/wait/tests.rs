@@ -19,7 +19,7 @@ fn engine(toml: &str) -> (Engine, ManualClock, Arc<ToolRuntime>) {
         Policy::from_toml_str(toml).unwrap_or_else(|e| panic!("{e}")),
         Arc::new(clock.clone()),
     );
-    let tool = engine.compiled().tools.get("t").cloned();
+    let tool = engine.live().compiled().tools.get("t").cloned();
     (engine, clock, tool.unwrap_or_else(|| panic!("no tool t")))
 }
 
@@ -32,7 +32,7 @@ fn a_waiter_that_wakes_into_a_pause_the_regating_missed_waits_it_out() {
     let mut w = task::spawn(engine.admit(&call));
     assert_pending!(w.poll()); // due at 100 ms
                                // A pause taken in between the signal and the scheduler's lock: no re-gating.
-    let _ = tool.stats.signals.pause_until(0, 2_000 * MS);
+    let _ = tool.upstream.signals.pause_until(0, 2_000 * MS);
     clock.advance(Duration::from_millis(100));
     // Its time has come, but the gate is closed: it gives its token back and
     // waits the pause out.
@@ -52,7 +52,7 @@ fn a_waiter_that_wakes_into_a_pause_beyond_its_deadline_is_refused() {
     let _first = engine.try_admit(&call);
     let mut w = task::spawn(engine.admit(&call));
     assert_pending!(w.poll());
-    let _ = tool.stats.signals.pause_until(0, 2_000 * MS);
+    let _ = tool.upstream.signals.pause_until(0, 2_000 * MS);
     clock.advance(Duration::from_millis(100));
     let r = assert_ready!(w.poll()).map(drop).unwrap_err();
     assert_eq!(

@@ -1,0 +1,238 @@
+//! The admission of one call, the first step of a call's way through the engine:
+//! find the tool in the policy in force, ask its gates and the decision kernel
+//! ([`crate::tool::ToolRuntime::try_admit`]), wait when the call may
+//! ([`crate::wait`]), ask a shared store when there is one, and hand back a
+//! [`Permit`] — or a [`Rejection`], counted.
+//!
+//! A call that finds a cell of its plan retired by a reload starts over on the new
+//! policy; a tool without a policy is let through or refused as `unknown_tools` says.
+
+use std::sync::Arc;
+
+use crate::compiled::Compiled;
+use crate::live::Live;
+use crate::permit::Permit;
+use crate::tool::ToolRuntime;
+use crate::vocab::{Call, OnLimit, Reason, Rejection, UnknownTools};
+use crate::wait::Waiting;
+
+/// Admits `call` now or rejects it now: never waits (see
+/// [`crate::Engine::try_admit`]).
+pub(crate) fn try_admit(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
+    let compiled = live.compiled();
+    match compiled.tools.get(call.tool) {
+        Some(tool) => try_admit_tool(live, tool, call),
+        None => unknown(live, &compiled, call),
+    }
+}
+
+/// [`try_admit`] for a tool already looked up.
+pub(crate) fn try_admit_tool(
+    live: &Live,
+    tool: &Arc<ToolRuntime>,
+    call: &Call<'_>,
+) -> Result<Permit, Rejection> {
+    if live.shared.store.is_some() {
+        return Err(needs_async(tool, call));
+    }
+    match tool.try_admit(call, live.shared.now()) {
+        Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
+        Err(d) if d.stale => {
+            live.await_reload();
+            let call = Call {
+                tool: &tool.name,
+                ..*call
+            };
+            try_admit(live, &call)
+        }
+        Err(d) => Err(tool.refuse(d, call.tenant)),
+    }
+}
+
+/// Admits `call`, waiting (`waits`: when the tool's `on_limit` is `"wait"` or the
+/// call sets its own `max_wait`, see [`crate::Engine::admit`]) or not (see
+/// [`crate::Engine::admit_now`]): here, then in the shared store if there is one; a
+/// refusal is counted. (One async function from the facade down to the wait path, so
+/// that a waiting call's task polls as few nested futures as before.)
+pub(crate) async fn admit(live: &Live, call: &Call<'_>, waits: Waits) -> Result<Permit, Rejection> {
+    let mut tool = match resolve(live, call) {
+        Ok(t) => t,
+        Err(unknown) => return unknown,
+    };
+    let waits = match waits {
+        Waits::AsTheToolSays => {
+            tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some()
+        }
+        Waits::Never => false,
+    };
+    let result = loop {
+        let now = live.shared.clock.now();
+        let outcome = match tool.try_admit(call, now) {
+            Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
+            Err(denial) if !denial.stale && waits && denial.can_wait => {
+                match Waiting::join(tool.clone(), *call, denial) {
+                    Ok(waiting) => waiting.run().await,
+                    Err(denial) => Err(denial),
+                }
+            }
+            Err(denial) => Err(denial),
+        };
+        match outcome {
+            Ok(permit) => break Ok(permit),
+            // A reload retired a cell of the plan: start over on the new policy.
+            Err(denial) if denial.stale => {
+                live.reload_done().await;
+                let call = Call {
+                    tool: &tool.name,
+                    ..*call
+                };
+                match resolve(live, &call) {
+                    Ok(t) => tool = t,
+                    Err(unknown) => return unknown,
+                }
+            }
+            Err(denial) => break Err(denial.rejection),
+        }
+    };
+    let result = match (result, &live.shared.store) {
+        (Ok(local), Some(_)) => in_store(live, &tool, call, waits, local).await,
+        (result, _) => result,
+    };
+    if let Err(r) = &result {
+        tool.stats.on_reject(r, call.tenant);
+    }
+    result
+}
+
+/// Whether [`admit`] may wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Waits {
+    /// As the tool's `on_limit` and the call's own `max_wait` say.
+    AsTheToolSays,
+    /// Never: now or never.
+    Never,
+}
+
+/// The runtime of the call's tool, or the answer for a tool without a policy.
+fn resolve(live: &Live, call: &Call<'_>) -> Result<Arc<ToolRuntime>, Result<Permit, Rejection>> {
+    let compiled = live.compiled();
+    match compiled.tools.get(call.tool) {
+        Some(t) => Ok(t.clone()),
+        None => Err(unknown(live, &compiled, call)),
+    }
+}
+
+/// Asks the shared store for a call admitted here (`local`, waiting there if
+/// `waits`); a refusal gives the local parts back.
+async fn in_store(
+    live: &Live,
+    tool: &ToolRuntime,
+    call: &Call<'_>,
+    waits: bool,
+    local: Permit,
+) -> Result<Permit, Rejection> {
+    let Some(store) = &live.shared.store else {
+        return Ok(local);
+    };
+    match store.admit(*call, waits).await {
+        Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease)),
+        Ok(lease) => regate_stored(live, tool, call, local.with_lease(lease)),
+        Err(r) => {
+            // Nothing ran: the local parts (a probe slot, an adaptive
+            // concurrency slot) go back as if the call never came.
+            local.discard();
+            Err(r)
+        }
+    }
+}
+
+/// Asks the gates again for a call a shared store admitted after it waited there: a
+/// breaker that opened meanwhile refuses it (`circuit_open`), and so does an
+/// upstream pause that began meanwhile (`rate_limited`, with the pause's end as
+/// `retry_after`) — rather than wait it out holding a store admission charged before
+/// the pause, which would release every such call at the pause's end at once. A
+/// refused call gives back what it was given, in the store too.
+fn regate_stored(
+    live: &Live,
+    tool: &ToolRuntime,
+    call: &Call<'_>,
+    mut permit: Permit,
+) -> Result<Permit, Rejection> {
+    let now = live.shared.clock.now();
+    let mut probe = permit.is_probe();
+    let gated = tool.gates_after_store(now, call.tenant, &mut probe);
+    permit.set_probe(probe);
+    match gated {
+        Ok(()) => Ok(permit),
+        Err(d) => {
+            permit.cancel();
+            Err(d.rejection)
+        }
+    }
+}
+
+/// The answer for a call of a tool without a policy, as `unknown_tools` says.
+pub(crate) fn unknown(
+    live: &Live,
+    compiled: &Compiled,
+    call: &Call<'_>,
+) -> Result<Permit, Rejection> {
+    match compiled.unknown {
+        UnknownTools::Allow => Ok(Permit::immediate(None, live.shared.now())),
+        UnknownTools::Deny => Err(refuse_unknown(compiled, call)),
+    }
+}
+
+/// The rejection of a call of a tool without a policy under `unknown_tools =
+/// "deny"`, counted.
+pub(crate) fn refuse_unknown(compiled: &Compiled, call: &Call<'_>) -> Rejection {
+    let r = Rejection::new(call.tool, "unknown_tools", Reason::UnknownTool, None);
+    compiled.unknown_stats.on_reject(&r, call.tenant);
+    r
+}
+
+/// The answer of the synchronous verbs on a shared store, which they cannot ask.
+pub(crate) fn needs_async(tool: &ToolRuntime, call: &Call<'_>) -> Rejection {
+    tracing::error!(
+        tool = call.tool,
+        "try_admit cannot ask a shared store; use admit_now or admit_all"
+    );
+    let r = Rejection::store_unavailable(tool.name.clone());
+    tool.stats.on_reject(&r, call.tenant);
+    r
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::clock::{Clock, ManualClock};
+    use crate::{Engine, Policy};
+
+    use super::*;
+
+    #[test]
+    fn a_call_still_on_the_old_policy_cannot_create_a_partition_the_new_one_misses() {
+        // A call that resolved its tool just before a reload plans on the old
+        // runtime after it. For a tenant the old map did not have yet, it used to
+        // create a partition there and be admitted on it, unseen by the new policy:
+        // that tenant then got its burst twice.
+        let toml = |burst: u32| {
+            format!("[tools.a]\nrate = \"1/h\"\nburst = {burst}\npartition = \"tenant\"")
+        };
+        let clock = ManualClock::new();
+        let engine = Engine::with_clock(
+            Policy::from_toml_str(&toml(2)).unwrap(),
+            Arc::new(clock.clone()),
+        );
+        let old = engine.live().compiled().tools.get("a").cloned().unwrap();
+        engine.apply(Policy::from_toml_str(&toml(3)).unwrap());
+        let call = Call::new("a").tenant("newcomer");
+        let denial = old.try_admit(&call, clock.now()).map(drop).unwrap_err();
+        assert!(
+            denial.stale,
+            "the old map must send the call to the new policy"
+        );
+        // Starting over, the tenant gets the new burst, and only that.
+        let admitted = (0..5).filter(|_| engine.try_admit(&call).is_ok()).count();
+        assert_eq!(admitted, 3);
+    }
+}

@@ -1,0 +1,124 @@
+//! A tool resolved once ([`ToolHandle`]), for callers that admit the same tool in a
+//! hot loop; the fastest admission, [`ToolHandle::try_admit_scoped`], starts here.
+
+use std::sync::Arc;
+
+use crate::admit;
+use crate::clock::Nanos;
+use crate::live::Live;
+use crate::permit::{Permit, ScopedPermit};
+use crate::tool::ToolRuntime;
+use crate::vocab::{Call, Rejection};
+
+/// A tool resolved once, for callers that admit the same tool in a hot loop: skips
+/// the lookup by name. Follows policy reloads (it re-resolves when the policy
+/// changes).
+///
+/// # Examples
+///
+/// ```
+/// use toolgate::{Call, Engine, Policy};
+///
+/// let engine = Engine::new(Policy::from_toml_str("[tools.t]\nrate = \"1/h\"").unwrap());
+/// let t = engine.tool("t");
+/// assert!(t.try_admit(&Call::new("t")).is_ok());
+/// assert!(t.try_admit(&Call::new("t")).is_err());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ToolHandle {
+    live: Arc<Live>,
+    name: Arc<str>,
+    cached: Option<(u64, Arc<ToolRuntime>)>,
+}
+
+// === impl ToolHandle ===
+
+impl ToolHandle {
+    /// A handle on `tool` in the policy in force in `live`.
+    pub(crate) fn new(live: Arc<Live>, tool: &str) -> Self {
+        let generation = live.generation();
+        let cached = live
+            .compiled()
+            .tools
+            .get(tool)
+            .map(|t| (generation, t.clone()));
+        Self {
+            live,
+            name: tool.into(),
+            cached,
+        }
+    }
+
+    /// As [`Engine::try_admit`](crate::Engine::try_admit), for this handle's tool
+    /// (the call's own tool name is not looked at).
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
+        match self.current() {
+            Some(tool) => admit::try_admit_tool(&self.live, tool, call),
+            None => admit::try_admit(
+                &self.live,
+                &Call {
+                    tool: &self.name,
+                    ..*call
+                },
+            ),
+        }
+    }
+
+    /// As [`ToolHandle::try_admit`], with a permit that borrows this handle instead
+    /// of sharing ownership of the tool (see [`ScopedPermit`]): the fastest way to
+    /// admit a call that ends before the handle goes away.
+    ///
+    /// # Errors
+    ///
+    /// A [`Rejection`]; nothing was consumed.
+    #[inline(always)]
+    pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
+        // No generation check here: a reload marks the runtimes it replaced as
+        // superseded, which closes their fast path (the general path re-resolves).
+        if let Some((_, tool)) = &self.cached {
+            let now = self.live.shared.now();
+            if tool.try_admit_fast(call, now) {
+                return Ok(ScopedPermit::fast(tool, now));
+            }
+            return self.try_admit_scoped_general(Some(now), call);
+        }
+        self.try_admit_scoped_general(None, call)
+    }
+
+    /// [`ToolHandle::try_admit_scoped`] past the fast path (tried on the cached tool at
+    /// the time `tried`, if any), out of line so that the fast path stays small enough to
+    /// inline.
+    #[inline(never)]
+    fn try_admit_scoped_general<'a>(
+        &'a self,
+        tried: Option<Nanos>,
+        call: &Call<'_>,
+    ) -> Result<ScopedPermit<'a>, Rejection> {
+        let tried = tried
+            .and_then(|now| Some((self.current()?, now)))
+            .filter(|_| self.live.shared.store.is_none());
+        match tried.map(|(tool, now)| (tool, tool.try_admit_general(call, now))) {
+            Some((tool, Ok(a))) => Ok(ScopedPermit::owned(Permit::admitted(tool.clone(), a))),
+            Some((tool, Err(d))) if !d.stale => Err(tool.refuse(d, call.tenant)),
+            // A reload retired a cell of the plan: start over on the new policy.
+            Some((_, Err(_))) => {
+                self.live.await_reload();
+                self.try_admit(call).map(ScopedPermit::owned)
+            }
+            None => self.try_admit(call).map(ScopedPermit::owned),
+        }
+    }
+
+    /// The resolved tool, while the policy it was resolved in is still in force.
+    #[inline]
+    fn current(&self) -> Option<&Arc<ToolRuntime>> {
+        match &self.cached {
+            Some((generation, tool)) if *generation == self.live.generation() => Some(tool),
+            _ => None,
+        }
+    }
+}

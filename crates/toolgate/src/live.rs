@@ -1,0 +1,193 @@
+//! The policy in force and its reloads ([`Live`]): what an [`crate::Engine`] handle
+//! shares, and what every admission verb starts from.
+//!
+//! A reload compiles the new policy against the old one's state and swaps it in; a
+//! call that found a cell of its plan retired by a reload waits for the reload to end
+//! ([`Live::await_reload`], or [`Live::reload_done`] for async callers) and starts
+//! over on the new policy.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use crate::clock::Clock;
+use crate::compiled::Compiled;
+use crate::policy::Policy;
+use crate::shared::Shared;
+use crate::store::QuotaStore;
+use crate::sync::{Mutex, MutexGuard, Swap, SwapGuard};
+
+/// The state behind an engine: what its tools share, the policy in force, and the
+/// reloads that replace it.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) shared: Arc<Shared>,
+    compiled: Swap<Compiled>,
+    reload: Mutex<()>,
+    /// Whether a reload is under way, and the async callers waiting for it to end.
+    reloading: Mutex<Reloading>,
+    /// Bumped by every reload, so that [`crate::ToolHandle`]s notice a new policy.
+    generation: AtomicU64,
+}
+
+/// A reload under way, as async callers that must start over on its policy see it.
+#[derive(Debug, Default)]
+struct Reloading {
+    running: bool,
+    waiters: Vec<Waker>,
+}
+
+/// Holds the reload lock; marks the reload as under way until dropped, and then
+/// wakes the async callers that wait for it (on every exit, errors included).
+struct ReloadGuard<'a> {
+    live: &'a Live,
+    _serial: MutexGuard<'a, ()>,
+}
+
+/// Resolves once no reload is under way, without blocking the thread (see
+/// [`Live::reload_done`]).
+struct ReloadDone<'a> {
+    live: &'a Live,
+}
+
+// === impl Live ===
+
+impl Live {
+    /// `policy` in force on `clock`, its quotas in `store` or in memory.
+    pub(crate) fn new(
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+        store: Option<Arc<dyn QuotaStore>>,
+    ) -> Self {
+        let shared = Arc::new(Shared::new(clock, store));
+        let now = shared.clock.now();
+        let compiled = Compiled::new(policy, &shared, None, now);
+        Self {
+            shared,
+            compiled: Swap::new(compiled),
+            reload: Mutex::new(()),
+            reloading: Mutex::new(Reloading::default()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The policy in force, compiled.
+    #[inline]
+    pub(crate) fn compiled(&self) -> SwapGuard<Compiled> {
+        self.compiled.load()
+    }
+
+    /// The number of reloads so far.
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Waits for the reload in progress, if any, to put its policy in force: a call
+    /// that found a cell of its plan retired by it then starts over on that policy.
+    pub(crate) fn await_reload(&self) {
+        drop(self.reload.lock());
+    }
+
+    /// As [`Live::await_reload`], for async callers: yields to the runtime instead
+    /// of blocking its thread while the reload (which converts every partition of a
+    /// changed quota) runs.
+    pub(crate) fn reload_done(&self) -> impl Future<Output = ()> + '_ {
+        ReloadDone { live: self }
+    }
+
+    /// Puts `policy` in force (in the store first, if any): quotas whose definition
+    /// did not change keep their state, and the tools of the old policy are marked
+    /// superseded.
+    ///
+    /// # Errors
+    ///
+    /// The store's message when it cannot run `policy` (the old one stays).
+    pub(crate) fn try_apply(&self, policy: Policy) -> Result<(), String> {
+        let _serial = ReloadGuard::new(self);
+        if let Some(store) = &self.shared.store {
+            store.apply(&policy)?;
+        }
+        let old = self.compiled.load_full();
+        let now = self.shared.clock.now();
+        let new = Compiled::new(policy, &self.shared, Some(&old), now);
+        self.compiled.store(Arc::new(new));
+        self.generation.fetch_add(1, Ordering::Release);
+        for tool in old.tools.values() {
+            tool.superseded.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+// === impl ReloadGuard ===
+
+impl<'a> ReloadGuard<'a> {
+    fn new(live: &'a Live) -> Self {
+        let serial = live.reload.lock();
+        live.reloading.lock().running = true;
+        Self {
+            live,
+            _serial: serial,
+        }
+    }
+}
+
+impl Drop for ReloadGuard<'_> {
+    fn drop(&mut self) {
+        let waiters = {
+            let mut r = self.live.reloading.lock();
+            r.running = false;
+            std::mem::take(&mut r.waiters)
+        };
+        waiters.into_iter().for_each(Waker::wake);
+    }
+}
+
+// === impl ReloadDone ===
+
+impl Future for ReloadDone<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut r = self.live.reloading.lock();
+        if !r.running {
+            return Poll::Ready(());
+        }
+        if !r.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            r.waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::task::Poll;
+
+    use crate::{Engine, Policy};
+
+    use super::*;
+
+    #[test]
+    fn an_async_caller_waits_for_a_reload_without_blocking_its_thread() {
+        let engine = Engine::new(Policy::from_toml_str("[tools.t]\nrate = \"1/s\"").unwrap());
+        let live = engine.live();
+        let mut done = tokio_test::task::spawn(live.reload_done());
+        // No reload under way: ready at once.
+        assert_eq!(done.poll(), Poll::Ready(()));
+
+        let mut done = tokio_test::task::spawn(live.reload_done());
+        let reload = ReloadGuard::new(live);
+        // Under way: pending (the thread is free for other tasks), then woken once
+        // the reload ends, on every exit of `try_apply` alike.
+        assert_eq!(done.poll(), Poll::Pending);
+        assert_eq!(done.poll(), Poll::Pending);
+        assert!(!done.is_woken());
+        drop(reload);
+        assert!(done.is_woken());
+        assert_eq!(done.poll(), Poll::Ready(()));
+    }
+}

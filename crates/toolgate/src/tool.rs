@@ -1,0 +1,489 @@
+//! A tool as the engine runs it ([`ToolRuntime`]): its quotas, its gates (the
+//! upstream's pause and spreading, the circuit breaker) and the immediate admission
+//! of one of its calls — gates first, then the decision kernel on its quotas — and
+//! the end of an admitted call.
+
+use std::num::NonZeroU64;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::adaptive::Adaptive;
+use crate::circuit::{Breaker, CircuitState, Gate};
+use crate::clock::Nanos;
+use crate::denial::Denial;
+use crate::held::{Admission, HeldParts};
+use crate::kernel::{self, Decision, NoPlan, Plan, Step};
+use crate::observe::ToolStats;
+use crate::queue::Regate;
+use crate::quota::{Cell, CellGuard, FastBucket, Quota};
+use crate::retry::RetryRuntime;
+use crate::shared::Shared;
+use crate::signals::{Claim, Signals};
+use crate::upstream::Upstream;
+use crate::vocab::{Call, Completion, OnLimit, Reason, Rejection};
+
+/// A tool as the engine runs it.
+#[derive(Debug)]
+pub(crate) struct ToolRuntime {
+    pub(crate) name: Arc<str>,
+    /// The tool's own quotas, then those of its pools.
+    pub(crate) quotas: Vec<Arc<Quota>>,
+    pub(crate) on_limit: OnLimit,
+    pub(crate) max_wait: Duration,
+    pub(crate) queue_limit: usize,
+    /// The longest pause or spreading window an upstream's signals impose.
+    pub(crate) max_pause: Duration,
+    pub(crate) stats: Arc<ToolStats>,
+    /// The upstream's pause and spreading, and the quota paths they are named by.
+    pub(crate) upstream: Arc<Upstream>,
+    /// The whole tool's upstream signals (`upstream.signals`), read by the fast path
+    /// one pointer nearer.
+    pub(crate) signals: Arc<Signals>,
+    pub(crate) shared: Arc<Shared>,
+    /// Set when the tool is governed by exactly one unpartitioned, enforced request
+    /// bucket that has the one-word form: admission then takes the lock-free fast
+    /// path (one compare-and-swap).
+    pub(crate) fast: Option<Arc<Cell>>,
+    /// Set by the reload that replaced this runtime: closes the fast path of
+    /// [`crate::ToolHandle`]s still holding it, which then re-resolve the tool
+    /// (checked on the fast path instead of the engine's generation, which lies a
+    /// pointer further away).
+    pub(crate) superseded: AtomicBool,
+    /// The indices of `quotas` in lock order, when none is partitioned (their cells
+    /// are then fixed): a call's plan is built in that order without sorting.
+    pub(crate) lock_order: Option<Box<[usize]>>,
+    /// The tool's circuit breaker, kept across reloads while its config is unchanged.
+    pub(crate) breaker: Option<Arc<Breaker>>,
+    /// The tool's adaptive concurrency limit and the quota it drives.
+    pub(crate) adaptive: Option<(Arc<Adaptive>, Arc<Quota>)>,
+    /// `tools.<name>.circuit`, the quota path of circuit rejections.
+    pub(crate) circuit_path: Arc<str>,
+    /// `idempotent = true`: the tool's calls may be retried without a key.
+    pub(crate) idempotent: bool,
+    /// `[tools.<name>.retry]` and the tool's retry budget, kept across reloads while
+    /// the budget's settings are unchanged.
+    pub(crate) retry: Option<RetryRuntime>,
+}
+
+/// What the gates let a call through with ([`ToolRuntime::gates`]).
+#[derive(Debug)]
+pub(crate) struct Pass {
+    /// A half-open probe slot of the breaker.
+    pub(crate) probe: bool,
+    /// A spreading slot, while the upstream's calls are spread.
+    pub(crate) spread: Option<Claim>,
+}
+
+// === impl ToolRuntime ===
+
+impl ToolRuntime {
+    /// Admits `call` now or says why not; never waits. The one-word fast path first,
+    /// when nothing else has a say; then the gates and the kernel.
+    #[inline]
+    pub(crate) fn try_admit(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
+        if self.try_admit_fast(call, now) {
+            return Ok(Admission::immediate(now));
+        }
+        self.try_admit_general(call, now)
+    }
+
+    /// Admits `call` by the fast path alone, when nothing else has a say: no
+    /// breaker, no upstream pause or spreading, and a bucket that admits now.
+    /// `false` leaves the decision to the general path.
+    #[inline(always)]
+    pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
+        let Some(bucket) = self.fast_bucket() else {
+            return false;
+        };
+        if self.superseded.load(std::sync::atomic::Ordering::Acquire)
+            || !self.ungated(now)
+            || !bucket.try_charge(call.count, now)
+        {
+            return false;
+        }
+        self.stats.on_admit(Duration::ZERO, call.tenant);
+        true
+    }
+
+    /// [`ToolRuntime::try_admit`] once the fast path has been tried (or cannot
+    /// apply): the gates, then every quota of the call.
+    pub(crate) fn try_admit_general(
+        &self,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Admission, Denial> {
+        let pass = self.gates(now, call.tenant)?;
+        match self.try_quotas(call, now) {
+            Ok(mut admission) => {
+                admission.probe = pass.probe;
+                admission.tenant = self.upstream.tenant_key(call.tenant);
+                Ok(admission)
+            }
+            Err(d) => {
+                self.ungate(pass);
+                Err(d)
+            }
+        }
+    }
+
+    /// Every quota of `call`, once the gates have let it through: the bucket's
+    /// compare-and-swap, unless `try_admit_fast` tried it already (it does when no
+    /// gate had a say), else the kernel on the call's plan.
+    fn try_quotas(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
+        let bucket = self.fast_bucket().filter(|_| !self.ungated(now));
+        if bucket.is_some_and(|b| b.try_charge(call.count, now)) {
+            self.on_admit(Duration::ZERO, call.tenant);
+            return Ok(Admission::immediate(now));
+        }
+        let held = if self.quotas.len() == 1 {
+            // One quota (a per-tenant bucket, say): its step and guard on the stack,
+            // without the plan's and guards' vectors and the sort.
+            let step = self.step(0, call, now)?;
+            let mut guard = step.cell.get().lock();
+            self.decide(
+                std::slice::from_ref(&step),
+                std::slice::from_mut(&mut guard),
+                call.tenant,
+                now,
+            )?
+        } else {
+            let plan = self.plan(call, now)?;
+            let mut guards = kernel::lock_all(&plan);
+            self.decide(&plan, &mut guards, call.tenant, now)?
+        };
+        self.on_admit(Duration::ZERO, call.tenant);
+        Ok(Admission::new(held, now))
+    }
+
+    /// The kernel's decision on the locked cells of a plan of this tool, in the
+    /// tool's words: what the permit keeps, or the denial naming the quota to blame
+    /// (nothing charged).
+    #[inline]
+    fn decide(
+        &self,
+        plan: &[Step<'_>],
+        guards: &mut [CellGuard<'_>],
+        tenant: Option<&str>,
+        now: Nanos,
+    ) -> Result<HeldParts, Denial> {
+        let mut held = HeldParts::new();
+        match kernel::decide(plan, guards, now, &mut held) {
+            Decision::Admitted { shadow } => {
+                if let Some((i, reason)) = shadow {
+                    self.shadow_refused(&plan[i], reason, tenant);
+                }
+                Ok(held)
+            }
+            Decision::Refused {
+                step,
+                reason,
+                retry,
+                at,
+            } => {
+                let r = self.rejection(plan[step].quota, reason, retry);
+                Err(Denial::until(r, at))
+            }
+            Decision::Stale => {
+                let r = self.rejection(plan[0].quota, Reason::RateLimited, None);
+                Err(Denial::stale(r))
+            }
+        }
+    }
+
+    /// Records that the shadow quota of `step` would have refused a call.
+    pub(crate) fn shadow_refused(&self, step: &Step<'_>, reason: Reason, tenant: Option<&str>) {
+        let r = self.rejection(step.quota, reason, None);
+        self.stats.on_shadow_reject(r.quota(), r.reason(), tenant);
+    }
+
+    /// The quotas governing `call`, sorted in lock order (see [`kernel::plan`]); a
+    /// stale denial when a reload replaced a tenant's partitions meanwhile.
+    pub(crate) fn plan(&self, call: &Call<'_>, now: Nanos) -> Result<Plan<'_>, Denial> {
+        kernel::plan(&self.quotas, self.lock_order.as_deref(), call, now)
+            .map_err(|no| self.no_plan(no, now))
+    }
+
+    /// The step of `call` on the quota at `rank`.
+    #[inline(always)]
+    fn step(&self, rank: usize, call: &Call<'_>, now: Nanos) -> Result<Step<'_>, Denial> {
+        kernel::step(&self.quotas, rank, call, now).map_err(|no| self.no_plan(no, now))
+    }
+
+    /// Why a call of this tool has no plan, as a denial.
+    #[inline(always)]
+    fn no_plan(&self, no: NoPlan, now: Nanos) -> Denial {
+        let rejection = |rank: usize, reason| self.rejection(&self.quotas[rank], reason, None);
+        match no {
+            NoPlan::TooCostly(rank) => {
+                Denial::final_at(rejection(rank, Reason::CostExceedsCapacity), now)
+            }
+            NoPlan::NoPartition(rank) => {
+                Denial::final_at(rejection(rank, Reason::RateLimited), now)
+            }
+            NoPlan::Retired(rank) => Denial::stale(rejection(rank, Reason::RateLimited)),
+        }
+    }
+
+    /// A rejection of this tool by `quota`.
+    pub(crate) fn rejection(
+        &self,
+        quota: &Quota,
+        reason: Reason,
+        retry: Option<Duration>,
+    ) -> Rejection {
+        let reason = match reason {
+            Reason::RateLimited => quota.def.reason(),
+            other => other,
+        };
+        Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry)
+    }
+
+    /// Counts a refusal and hands back its rejection.
+    pub(crate) fn refuse(&self, denial: Denial, tenant: Option<&str>) -> Rejection {
+        self.stats.on_reject(&denial.rejection, tenant);
+        denial.rejection
+    }
+
+    /// Counts an admission, unless a shared store still has to decide (the engine
+    /// counts it when the store has said yes).
+    #[inline]
+    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
+        if self.shared.store.is_none() {
+            self.stats.on_admit(waited, tenant);
+        }
+    }
+
+    /// The one-word bucket of a tool governed by exactly one unpartitioned, enforced
+    /// request bucket (the common case), whose `try_charge` admits with one
+    /// compare-and-swap, no lock and no plan, and says false whenever the general
+    /// path must decide (every rejection, and while waiters hold reservations).
+    #[inline]
+    fn fast_bucket(&self) -> Option<&FastBucket> {
+        self.fast.as_deref().and_then(Cell::fast)
+    }
+
+    /// Whether no gate (breaker, upstream pause or spreading) has a say at `now`: the
+    /// fast path may then decide alone.
+    #[inline]
+    fn ungated(&self, now: Nanos) -> bool {
+        self.breaker.is_none() && self.signals.unshaped(now)
+    }
+
+    // --- the gates ---
+
+    /// The gates, in the order every path asks them: the upstream's pause, its
+    /// spreading (a slot claimed), the circuit breaker (a half-open probe slot
+    /// taken). A refusal leaves nothing taken. (`try_admit_fast` skips them only
+    /// while none has a say, see [`ToolRuntime::ungated`]; a waiter asks them again
+    /// through [`ToolRuntime::gates_on_waking`].)
+    pub(crate) fn gates(&self, now: Nanos, tenant: Option<&str>) -> Result<Pass, Denial> {
+        let up = &*self.upstream;
+        up.pause_gate(now, tenant)?;
+        let spread = up.spread_gate(now, tenant)?;
+        let probe = self
+            .circuit_gate(now)
+            .inspect_err(|_| up.unspread(spread))?;
+        Ok(Pass { probe, spread })
+    }
+
+    /// Gives back what the gates let a call through with (its quotas then refused
+    /// it): the probe slot, then the spreading slot.
+    pub(crate) fn ungate(&self, pass: Pass) {
+        if pass.probe {
+            self.cancel_probe();
+        }
+        self.upstream.unspread(pass.spread);
+    }
+
+    /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go
+    /// ahead, or a `circuit_open` denial.
+    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denial> {
+        let Some(b) = &self.breaker else {
+            return Ok(false);
+        };
+        match b.gate(now) {
+            Gate::Pass => Ok(false),
+            Gate::Probe => Ok(true),
+            Gate::Reject(retry) => Err(Denial::final_at(
+                Rejection::new(
+                    self.name.clone(),
+                    self.circuit_path.clone(),
+                    Reason::CircuitOpen,
+                    Some(retry),
+                ),
+                now,
+            )),
+        }
+    }
+
+    /// Gives back a half-open probe slot whose call never ran.
+    pub(crate) fn cancel_probe(&self) {
+        if let Some(b) = &self.breaker {
+            b.cancel_probe();
+        }
+    }
+
+    /// Asks the breaker again for a waiting call (`probe`: whether it holds a
+    /// half-open probe, updated): one that holds a probe keeps it unless the circuit
+    /// has opened since (which voided every probe), and any other is let through,
+    /// made a probe or refused as a new call would be.
+    pub(crate) fn recheck_circuit(&self, now: Nanos, probe: &mut bool) -> Result<(), Rejection> {
+        let Some(b) = &self.breaker else {
+            return Ok(());
+        };
+        if *probe {
+            if b.state() != CircuitState::Open {
+                return Ok(());
+            }
+            *probe = false;
+        }
+        *probe = self.circuit_gate(now).map_err(|d| d.rejection)?;
+        Ok(())
+    }
+
+    /// The gates, asked again by a waiter whose time has come, in the order an
+    /// immediate call asks them; `spread` is the spreading slot it holds already,
+    /// `probe` whether it holds a half-open probe (updated).
+    pub(crate) fn gates_on_waking(
+        &self,
+        now: Nanos,
+        tenant: Option<&str>,
+        spread: Option<Nanos>,
+        probe: &mut bool,
+    ) -> Result<(), Denial> {
+        let up = &*self.upstream;
+        up.pause_gate(now, tenant)?;
+        let claim = match spread {
+            Some(_) => None,
+            None => up.spread_gate(now, tenant)?,
+        };
+        self.recheck_circuit(now, probe).map_err(|rejection| {
+            up.unspread(claim);
+            Denial::final_at(rejection, now)
+        })
+    }
+
+    /// The gates asked again for a call that a shared store admitted after it waited
+    /// there (`probe`: whether its permit holds a half-open probe, updated). The
+    /// pause and the breaker are asked as for a waiter whose time has come; spreading
+    /// is not (the call claimed its spreading slot before it went to the store).
+    pub(crate) fn gates_after_store(
+        &self,
+        now: Nanos,
+        tenant: Option<&str>,
+        probe: &mut bool,
+    ) -> Result<(), Denial> {
+        self.upstream.pause_gate(now, tenant)?;
+        self.recheck_circuit(now, probe)
+            .map_err(|rejection| Denial::final_at(rejection, now))
+    }
+
+    /// Re-gates the calls waiting when the breaker has just closed the gate (tripped
+    /// open, or turned degraded with `on_degraded = "reject"`): they are refused now,
+    /// as a new call would be.
+    pub(crate) fn breaker_closed(&self) {
+        if !self.stats.has_waiters() {
+            return;
+        }
+        let clock = &*self.shared.clock;
+        match self.circuit_gate(clock.now()) {
+            Err(d) => {
+                let how = Regate::Circuit(d.rejection);
+                self.shared
+                    .sched
+                    .lock()
+                    .regate(clock, &self.upstream, None, &how);
+            }
+            // Let through after all (an open period of zero): nothing to re-gate.
+            Ok(probe) => {
+                if probe {
+                    self.cancel_probe();
+                }
+            }
+        }
+    }
+
+    // --- the end of a call ---
+
+    /// Records how an admitted call ended (`None`: dropped without an outcome) and
+    /// counts it out; what the permit held is released by then.
+    #[inline(always)]
+    pub(crate) fn end_call(&self, completion: Option<Completion>, probe: bool) {
+        self.end_call_for(completion, probe, None);
+    }
+
+    /// [`ToolRuntime::end_call`] of a call of the tenant whose key is `tenant` (see
+    /// [`Upstream::tenant_key`]).
+    #[inline(always)]
+    pub(crate) fn end_call_for(
+        &self,
+        completion: Option<Completion>,
+        probe: bool,
+        tenant: Option<NonZeroU64>,
+    ) {
+        match &completion {
+            // Dropped without an outcome: nothing to record.
+            None if !probe => self.stats.on_finish(),
+            // An outcome that nothing takes in: no upstream signal, and neither a
+            // breaker nor an adaptive limit to feed. Decided inline, so that a
+            // completion built at the call site need not be written out.
+            Some(c)
+                if !probe
+                    && c.server_limit.is_none()
+                    && c.retry_after.is_none()
+                    && self.adaptive.is_none()
+                    && self.breaker.is_none() =>
+            {
+                self.stats.on_finish();
+            }
+            _ => self.end_call_with(completion, probe, tenant),
+        }
+    }
+
+    #[inline(never)]
+    fn end_call_with(
+        &self,
+        completion: Option<Completion>,
+        probe: bool,
+        tenant: Option<NonZeroU64>,
+    ) {
+        let Some(c) = completion else {
+            // Dropped without an outcome: a probe slot to free.
+            if probe {
+                self.cancel_probe();
+            }
+            self.stats.on_finish();
+            return;
+        };
+        if c.server_limit.is_some() || c.retry_after.is_some() {
+            self.hear(&c, tenant.map(NonZeroU64::get));
+        }
+        if let Some((a, quota)) = &self.adaptive {
+            if let Some(limit) = a.record(c.outcome, c.latency) {
+                crate::adaptive::apply_limit(quota, limit);
+            }
+        }
+        if let Some(b) = &self.breaker {
+            if b.record(c.outcome, c.latency, probe, self.shared.clock.now()) {
+                self.breaker_closed();
+            }
+        }
+        self.stats.on_finish();
+    }
+
+    /// Takes in the upstream's signals in a completion (of a call of the tenant whose
+    /// key is `tenant`, on a per-tenant tool; see [`Upstream::hear`]), and re-gates
+    /// the calls waiting when a gate moved.
+    fn hear(&self, c: &Completion, tenant: Option<u64>) {
+        let clock = &*self.shared.clock;
+        let (moved, key) = self.upstream.hear(c, tenant, clock.now(), self.max_pause);
+        if moved && self.stats.has_waiters() {
+            let how = Regate::Signals;
+            self.shared
+                .sched
+                .lock()
+                .regate(clock, &self.upstream, key, &how);
+        }
+    }
+}
