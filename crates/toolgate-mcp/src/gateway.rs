@@ -148,11 +148,10 @@ impl ServerHandler for Gateway {
             ));
         }
         let tenant = self.tenant_of(&context);
-        // Kept until the call ends: its progress is relayed meanwhile.
-        let relay = context
+        let progress = context
             .meta
             .get_progress_token()
-            .map(|t| self.upstreams.relays().open(context.peer.clone(), t));
+            .map(|t| (context.peer.clone(), t));
         let job = Job {
             engine: &self.engine,
             upstreams: &self.upstreams,
@@ -160,7 +159,7 @@ impl ServerHandler for Gateway {
             entry,
             tenant: tenant.as_deref(),
             arguments: request.arguments,
-            progress: relay.as_ref().map(|r| r.token().clone()),
+            progress,
         };
         tokio::select! {
             r = call::run(job) => r.map(|mut result| {
