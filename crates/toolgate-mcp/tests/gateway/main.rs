@@ -22,12 +22,13 @@ async fn tools_are_listed_under_their_exposed_names_with_their_schemas() {
         [
             "fake__bad",
             "fake__fail",
+            "fake__grow",
             "fake__odd_name",
             "fake__ok",
             "fake__slow"
         ]
     );
-    let ok = &tools[3];
+    let ok = &tools[4];
     assert_eq!(ok.description.as_deref(), Some("the ok tool"));
     assert!(ok.output_schema.is_some());
     let entry = s.upstreams.catalog();
@@ -153,4 +154,39 @@ async fn a_call_that_outlives_call_timeout_is_a_timeout() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     panic!("the upstream never saw the cancellation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_upstream_tool_list_reaches_the_catalog_and_the_client() {
+    let s = setup("", json!({})).await;
+    assert!(s.upstreams.catalog().get("fake__extra").is_none());
+    // The upstream (2026-07-28) announces the change on toolgate's listen stream;
+    // toolgate reads the list again and tells its own client (a handshake-era session).
+    s.call("fake__grow").await.expect("grow");
+    for _ in 0..100 {
+        if s.upstreams.catalog().get("fake__extra").is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        s.upstreams.catalog().get("fake__extra").is_some(),
+        "the catalog never had the new tool"
+    );
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        s.listener.changes.notified(),
+    )
+    .await
+    .expect("notifications/tools/list_changed in time");
+    let names: Vec<String> = s
+        .client
+        .peer()
+        .list_all_tools()
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"fake__extra".to_string()), "{names:?}");
 }
