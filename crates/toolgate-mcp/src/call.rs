@@ -55,8 +55,12 @@ pub(crate) struct Job<'a> {
 /// `notifications/cancelled` upstream.
 pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
     let entry = &job.entry;
+    let tokens = entry
+        .tokens(job.arguments.as_ref())
+        .map_err(|e| ErrorData::invalid_params(e, None))?;
     let call = Call::new(&entry.policy_key)
         .with_tenant(job.tenant)
+        .tokens(tokens)
         .cap_wait(job.config.max_wait);
     let timeout = job.config.call_timeout;
     let (upstreams, arguments, progress) = (job.upstreams, &job.arguments, &job.progress);

@@ -190,3 +190,40 @@ async fn a_changed_upstream_tool_list_reaches_the_catalog_and_the_client() {
         .collect();
     assert!(names.contains(&"fake__extra".to_string()), "{names:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_estimate_read_from_the_arguments_is_charged_to_the_budget() {
+    let s = setup(
+        "[tools.\"mcp:fake/ok\"]\ntokens = \"100/min\"\n",
+        json!({"fake": {"cost": {"ok": "/max_tokens"}}}),
+    )
+    .await;
+    let first = s
+        .call_with("fake__ok", json!({"max_tokens": 60}))
+        .await
+        .expect("call");
+    assert_eq!(first.is_error, Some(false));
+    let second = s
+        .call_with("fake__ok", json!({"max_tokens": 60}))
+        .await
+        .expect("call");
+    let data = second.structured_content.clone().expect("a rejection");
+    assert_eq!(data["reason"], "tokens_limited", "{data}");
+    assert_eq!(data["quota"], "tools.\"mcp:fake/ok\".tokens");
+    // 40 tokens are left: a smaller estimate fits.
+    let third = s
+        .call_with("fake__ok", json!({"max_tokens": 40}))
+        .await
+        .expect("call");
+    assert_eq!(third.is_error, Some(false));
+    let err = s
+        .call_with("fake__ok", json!({"max_tokens": "lots"}))
+        .await
+        .expect_err("not a number");
+    assert!(
+        err.to_string()
+            .contains("the token estimate at /max_tokens"),
+        "{err}"
+    );
+    assert_eq!(s.upstream_calls(), 2);
+}

@@ -160,12 +160,19 @@ pub(crate) struct Setup {
 }
 
 /// A fake upstream, a gateway in front of it with `policy` and `mcp` (extra `[mcp]`
-/// keys), and a client connected to the gateway.
+/// keys; its `fake` object, extra keys of `[mcp.servers.fake]`), and a client
+/// connected to the gateway.
 pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
     let fake = Fake::default();
     let url = serve_upstream(fake.clone()).await;
     let mut table = mcp;
-    table["servers"] = json!({"fake": {"url": url}});
+    let mut server = json!({"url": url});
+    if let Some(extra) = table.as_object_mut().and_then(|t| t.remove("fake")) {
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            server[k] = v.clone();
+        }
+    }
+    table["servers"] = json!({ "fake": server });
     let mut errors = Vec::new();
     let config = McpConfig::parse(&table, &mut errors);
     assert!(errors.is_empty(), "{errors:?}");
@@ -200,8 +207,17 @@ impl Setup {
         &self,
         name: &str,
     ) -> Result<CallToolResult, rmcp::service::ServiceError> {
+        self.call_with(name, json!({})).await
+    }
+
+    /// Calls the tool exposed as `name` with these arguments.
+    pub(crate) async fn call_with(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, rmcp::service::ServiceError> {
         let mut params = CallToolRequestParams::new(name.to_string());
-        params.arguments = Some(serde_json::Map::new());
+        params.arguments = arguments.as_object().cloned();
         self.client.peer().call_tool(params).await
     }
 
