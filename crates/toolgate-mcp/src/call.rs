@@ -8,16 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, JsonObject, ProgressToken,
-    RequestMetaObject,
-};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, JsonObject};
 use rmcp::service::ServiceError;
 use toolgate::{AttemptResult, Call, Engine, ExecuteError, RunFailure, RunOptions, StopReason};
 
 use crate::catalog::Entry;
 use crate::config::McpConfig;
 use crate::rejection;
+use crate::upstream_call::{self, ProgressTarget};
 use crate::upstreams::Upstreams;
 
 /// Why an attempt failed.
@@ -44,8 +42,8 @@ pub(crate) struct Job<'a> {
     pub(crate) entry: Arc<Entry>,
     pub(crate) tenant: Option<&'a str>,
     pub(crate) arguments: Option<JsonObject>,
-    /// The progress token to send upstream, when the client asked for progress.
-    pub(crate) progress: Option<ProgressToken>,
+    /// Where progress goes, when the client asked for it.
+    pub(crate) progress: Option<ProgressTarget>,
 }
 
 /// Runs the call and shapes its answer.
@@ -57,8 +55,12 @@ pub(crate) struct Job<'a> {
 /// `notifications/cancelled` upstream.
 pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
     let entry = &job.entry;
+    let tokens = entry
+        .tokens(job.arguments.as_ref())
+        .map_err(|e| ErrorData::invalid_params(e, None))?;
     let call = Call::new(&entry.policy_key)
         .with_tenant(job.tenant)
+        .tokens(tokens)
         .cap_wait(job.config.max_wait);
     let timeout = job.config.call_timeout;
     let (upstreams, arguments, progress) = (job.upstreams, &job.arguments, &job.progress);
@@ -69,8 +71,16 @@ pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
             let entry = entry.clone();
             let mut params = CallToolRequestParams::new(entry.upstream_name.clone());
             params.arguments = arguments.clone();
-            params.meta = progress.clone().map(RequestMetaObject::with_progress_token);
-            async move { attempt(peer, &entry, params, timeout).await }
+            let relays = upstreams.relays().clone();
+            async move {
+                let send = Send {
+                    entry: &entry,
+                    relays: &relays,
+                    progress: progress.as_ref(),
+                    timeout,
+                };
+                attempt(peer, send, params).await
+            }
         })
         .await;
     let name = &*entry.tool.name;
@@ -81,12 +91,25 @@ pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
     }
 }
 
+/// What an attempt sends with.
+struct Send<'a> {
+    entry: &'a Entry,
+    relays: &'a Arc<crate::progress::Relays>,
+    progress: Option<&'a ProgressTarget>,
+    timeout: Duration,
+}
+
 async fn attempt(
     peer: Result<rmcp::Peer<rmcp::RoleClient>, String>,
-    entry: &Entry,
+    send: Send<'_>,
     params: CallToolRequestParams,
-    timeout: Duration,
 ) -> AttemptResult<CallToolResult, Failure> {
+    let Send {
+        entry,
+        relays,
+        progress,
+        timeout,
+    } = send;
     let peer = match peer {
         Ok(p) => p,
         Err(e) => return AttemptResult::transport_error(Failure::Transport(e)),
@@ -97,7 +120,8 @@ async fn attempt(
         "tool" => entry.policy_key.clone(),
     )
     .increment(1);
-    match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+    let call = upstream_call::call(&peer, &entry.server, params, relays, progress);
+    match tokio::time::timeout(timeout, call).await {
         Err(_) => AttemptResult::timeout(Failure::Timeout(timeout)),
         Ok(Err(ServiceError::McpError(e))) => AttemptResult::failure(Failure::Rpc(e)),
         Ok(Err(e)) => AttemptResult::transport_error(Failure::Transport(format!(

@@ -22,6 +22,8 @@ pub struct Entry {
     /// The tool as clients see it (its exposed name, the upstream's description,
     /// schemas and annotations).
     pub tool: Tool,
+    /// Where a call's token estimate is in its arguments (`[mcp.servers.S] cost`).
+    pub cost: Option<String>,
     /// The compiled `outputSchema`, when the tool declares one.
     output: Option<jsonschema::Validator>,
 }
@@ -37,6 +39,27 @@ pub struct Catalog {
 // === impl Entry ===
 
 impl Entry {
+    /// The token estimate of a call with `arguments`: the whole number at the tool's
+    /// cost pointer (0 without one, or when the arguments have none there).
+    ///
+    /// # Errors
+    ///
+    /// When the value there is not a whole number from 0 to 2^53 - 1.
+    pub fn tokens(
+        &self,
+        arguments: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<u64, String> {
+        let (Some(p), Some(args)) = (&self.cost, arguments) else {
+            return Ok(0);
+        };
+        match Value::Object(args.clone()).pointer(p) {
+            None => Ok(0),
+            Some(v) => v.as_u64().filter(|n| *n < 1 << 53).ok_or_else(|| {
+                format!("the token estimate at {p} is {v}: expected a whole number")
+            }),
+        }
+    }
+
     /// Checks a result's `structuredContent` against the tool's `outputSchema`.
     ///
     /// # Errors
@@ -100,7 +123,7 @@ impl Catalog {
                     ));
                     continue;
                 }
-                match entry(&server, tool) {
+                match entry(&server, tool, config) {
                     Ok(e) => c.insert(e, &mut warnings),
                     Err(why) => warnings.push(format!(
                         "mcp.servers.{server}: tool {:?} left out: {why}",
@@ -149,7 +172,7 @@ impl Catalog {
     }
 }
 
-fn entry(server: &Arc<str>, tool: &Tool) -> Result<Entry, String> {
+fn entry(server: &Arc<str>, tool: &Tool, config: &ServerConfig) -> Result<Entry, String> {
     let exposed = naming::exposed_name(server, &tool.name)?;
     let output = match &tool.output_schema {
         Some(s) => Some(
@@ -164,6 +187,7 @@ fn entry(server: &Arc<str>, tool: &Tool) -> Result<Entry, String> {
         server: server.clone(),
         upstream_name: tool.name.to_string(),
         policy_key: naming::policy_key(server, &tool.name),
+        cost: config.cost.get(&*tool.name).cloned(),
         tool: exposed_tool,
         output,
     })

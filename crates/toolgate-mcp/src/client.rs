@@ -15,7 +15,7 @@ use crate::progress::Relays;
 /// The client side of one upstream connection.
 #[derive(Debug, Clone)]
 pub struct UpstreamClient {
-    server: String,
+    server: Arc<str>,
     relays: Arc<Relays>,
     tools: watch::Sender<Option<Vec<Tool>>>,
 }
@@ -30,7 +30,7 @@ impl UpstreamClient {
         tools: watch::Sender<Option<Vec<Tool>>>,
     ) -> Self {
         Self {
-            server: server.to_string(),
+            server: Arc::from(server),
             relays,
             tools,
         }
@@ -43,7 +43,7 @@ impl ClientHandler for UpstreamClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.relays.forward(params).await;
+        self.relays.forward(&self.server, params).await;
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {

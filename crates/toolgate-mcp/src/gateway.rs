@@ -5,10 +5,11 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{RoleServer, ServerHandler};
+use tokio::sync::watch;
 use toolgate::Engine;
 
 use crate::call::{self, Job};
@@ -80,7 +81,7 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // A session hears of every change of the aggregated tool list.
+        // A session of a handshake-era client hears of every change of the tool list.
         let mut changes = self.upstreams.changes();
         let peer = context.peer;
         tokio::spawn(async move {
@@ -88,16 +89,9 @@ impl ServerHandler for Gateway {
             let mut tick = tokio::time::interval(SESSION_CHECK);
             loop {
                 tokio::select! {
-                    r = changes.changed() => {
-                        if r.is_err() {
+                    changed = next_change(&mut changes, &mut seen) => {
+                        if !changed || peer.notify_tool_list_changed().await.is_err() {
                             return;
-                        }
-                        let now = *changes.borrow_and_update();
-                        if now != seen {
-                            seen = now;
-                            if peer.notify_tool_list_changed().await.is_err() {
-                                return;
-                            }
                         }
                     }
                     _ = tick.tick() => {
@@ -108,6 +102,29 @@ impl ServerHandler for Gateway {
                 }
             }
         });
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        // A 2026-07-28 client hears of changes on its `subscriptions/listen` stream.
+        let mut changes = self.upstreams.changes();
+        let mut seen = *changes.borrow_and_update();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = next_change(&mut changes, &mut seen) => {
+                    if !changed || context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_tools(
@@ -148,11 +165,10 @@ impl ServerHandler for Gateway {
             ));
         }
         let tenant = self.tenant_of(&context);
-        // Kept until the call ends: its progress is relayed meanwhile.
-        let relay = context
+        let progress = context
             .meta
             .get_progress_token()
-            .map(|t| self.upstreams.relays().open(context.peer.clone(), t));
+            .map(|t| (context.peer.clone(), t));
         let job = Job {
             engine: &self.engine,
             upstreams: &self.upstreams,
@@ -160,7 +176,7 @@ impl ServerHandler for Gateway {
             entry,
             tenant: tenant.as_deref(),
             arguments: request.arguments,
-            progress: relay.as_ref().map(|r| r.token().clone()),
+            progress,
         };
         tokio::select! {
             r = call::run(job) => r.map(|mut result| {
@@ -176,6 +192,21 @@ impl ServerHandler for Gateway {
                 "the call was cancelled",
                 None,
             )),
+        }
+    }
+}
+
+/// Waits for the next change of the catalog's version past `seen`; `false` when the
+/// upstreams are gone.
+async fn next_change(changes: &mut watch::Receiver<u64>, seen: &mut u64) -> bool {
+    loop {
+        if changes.changed().await.is_err() {
+            return false;
+        }
+        let now = *changes.borrow_and_update();
+        if now != *seen {
+            *seen = now;
+            return true;
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod rejection;
 pub mod server_config;
 pub mod sessions;
 pub mod stdio;
+mod upstream_call;
 pub mod upstreams;
 
 pub use catalog::{Catalog, Entry};

@@ -12,6 +12,9 @@ use rmcp::{RoleClient, ServiceExt};
 use crate::client::UpstreamClient;
 use crate::server_config::{ServerConfig, Transport};
 
+/// The most requests in flight at once on one Streamable HTTP upstream.
+const MAX_POSTS: usize = 1024;
+
 /// A connected upstream.
 pub(crate) type Link = RunningService<RoleClient, UpstreamClient>;
 
@@ -50,8 +53,12 @@ pub(crate) async fn connect(
                     custom.insert(k, v);
                 }
             }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            // Calls in flight on one upstream are bounded by admission (its
+            // `concurrency`, `max_wait`); rmcp's default of 16 POSTs at once would
+            // queue calls toolgate admitted.
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(custom)
+                .max_concurrent_requests(MAX_POSTS);
             let transport = StreamableHttpClientTransport::from_config(config);
             handler
                 .serve(transport)

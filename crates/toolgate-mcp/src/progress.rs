@@ -1,51 +1,62 @@
 //! Progress notifications of a running call, relayed from the upstream to the client
 //! that asked for them.
 //!
-//! A client that wants progress sends a `progressToken`; toolgate sends the upstream
-//! a token of its own (unique across every downstream session, so two clients that
-//! chose the same token never see each other's progress) and relays each upstream
-//! notification under the client's token, for as long as the call runs.
+//! A client that wants progress sends a `progressToken`. The upstream request gets the
+//! token rmcp gives every request of that connection; each upstream notification
+//! carrying it is relayed under the client's own token, for as long as the call runs.
+//! Relays are keyed by server and token, so two upstreams (or two clients that chose
+//! the same token) never see each other's progress.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{Peer, RoleServer};
+
+/// An upstream's token: its server and the token rmcp sent it.
+type Key = (Arc<str>, ProgressToken);
+
+/// The client's side: its connection and its own token.
+type Target = (Peer<RoleServer>, ProgressToken);
 
 /// The relays of calls in flight.
 #[derive(Debug, Default)]
 pub(crate) struct Relays {
-    next: AtomicI64,
-    open: Mutex<HashMap<ProgressToken, (Peer<RoleServer>, ProgressToken)>>,
+    open: Mutex<HashMap<Key, Target>>,
 }
 
 /// One call's relay: removed when dropped (the call ended or was cancelled).
 #[derive(Debug)]
 pub(crate) struct Relay {
     relays: Arc<Relays>,
-    upstream: ProgressToken,
+    key: Key,
 }
 
 // === impl Relays ===
 
 impl Relays {
-    /// Opens a relay to `client`'s `token`; the upstream gets [`Relay::token`].
-    pub(crate) fn open(self: &Arc<Self>, client: Peer<RoleServer>, token: ProgressToken) -> Relay {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let upstream = ProgressToken(NumberOrString::String(format!("toolgate-{n}").into()));
-        self.open.lock().insert(upstream.clone(), (client, token));
+    /// Relays `server`'s notifications for `upstream` to `client`'s `token`.
+    pub(crate) fn open(
+        self: &Arc<Self>,
+        server: &Arc<str>,
+        upstream: ProgressToken,
+        client: Peer<RoleServer>,
+        token: ProgressToken,
+    ) -> Relay {
+        let key = (server.clone(), upstream);
+        self.open.lock().insert(key.clone(), (client, token));
         Relay {
             relays: self.clone(),
-            upstream,
+            key,
         }
     }
 
-    /// Relays an upstream notification to its client (a token toolgate did not hand
-    /// out, or of a call that ended, is dropped).
-    pub(crate) async fn forward(&self, mut params: ProgressNotificationParam) {
-        let Some((peer, token)) = self.open.lock().get(&params.progress_token).cloned() else {
+    /// Relays an upstream notification to its client (one for a call that ended, or
+    /// of a token toolgate did not send, is dropped).
+    pub(crate) async fn forward(&self, server: &Arc<str>, mut params: ProgressNotificationParam) {
+        let key = (server.clone(), params.progress_token.clone());
+        let Some((peer, token)) = self.open.lock().get(&key).cloned() else {
             return;
         };
         params.progress_token = token;
@@ -58,15 +69,8 @@ impl Relays {
 
 // === impl Relay ===
 
-impl Relay {
-    /// The token sent upstream.
-    pub(crate) fn token(&self) -> &ProgressToken {
-        &self.upstream
-    }
-}
-
 impl Drop for Relay {
     fn drop(&mut self) {
-        self.relays.open.lock().remove(&self.upstream);
+        self.relays.open.lock().remove(&self.key);
     }
 }

@@ -1,6 +1,7 @@
 //! One upstream MCP server, `[mcp.servers.NAME]`: a child process spoken to over
 //! stdio (`command`, `args`, `env`) or a Streamable HTTP endpoint (`url`, `headers`),
-//! and which of its tools are exposed (`tools`, `exclude`).
+//! which of its tools are exposed (`tools`, `exclude`), and where a call's token
+//! estimate is read from its arguments (`cost`).
 
 use std::collections::BTreeMap;
 
@@ -38,10 +39,13 @@ pub struct ServerConfig {
     pub tools: Option<Vec<String>>,
     /// These tools are never exposed.
     pub exclude: Vec<String>,
+    /// By upstream tool name: the JSON pointer (RFC 6901) of the number in a call's
+    /// arguments that is its token estimate, charged to the tool's `tokens` budgets.
+    pub cost: BTreeMap<String, String>,
 }
 
 /// The keys a server table accepts.
-const KEYS: &str = "args, command, env, exclude, headers, tools, url";
+const KEYS: &str = "args, command, cost, env, exclude, headers, tools, url";
 /// The most arguments, variables, headers or names in one list.
 const MAX_LIST: usize = 1024;
 /// The longest string of a server table (a URL, an argument, a header value).
@@ -99,6 +103,9 @@ impl ServerConfig {
                     .map(|m| parts.headers = Some(m)),
                 "tools" => strings(v).map(|t| parts.tools = Some(t)),
                 "exclude" => strings(v).map(|t| parts.exclude = t),
+                "cost" => map(v)
+                    .and_then(|m| pointers(&m).map(|()| m))
+                    .map(|m| parts.cost = m),
                 _ => Err(format!("unknown key (expected one of: {KEYS})")),
             };
             if let Err(e) = r {
@@ -114,6 +121,7 @@ impl ServerConfig {
             transport: transport?,
             tools: parts.tools,
             exclude: parts.exclude,
+            cost: parts.cost,
         })
     }
 }
@@ -128,6 +136,7 @@ struct Parts {
     headers: Option<BTreeMap<String, String>>,
     tools: Option<Vec<String>>,
     exclude: Vec<String>,
+    cost: BTreeMap<String, String>,
 }
 
 impl Parts {
@@ -229,6 +238,16 @@ fn url(u: &str) -> Result<String, String> {
     }
 }
 
+/// Every cost must be a JSON pointer to a place in the arguments.
+fn pointers(m: &BTreeMap<String, String>) -> Result<(), String> {
+    match m.iter().find(|(_, p)| !p.starts_with('/')) {
+        Some((tool, p)) => Err(format!(
+            "{tool}: {p:?}: expected a JSON pointer such as \"/max_tokens\""
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Every header must be one HTTP can carry (the message names the header, never its
 /// value).
 fn headers(m: &BTreeMap<String, String>) -> Result<(), String> {
@@ -291,5 +310,10 @@ mod tests {
         assert_eq!(e, ["mcp.servers.x.args: only for a command server"]);
         let e = parse(json!({"url": "http://h/", "headers": {"X": "a\nb"}})).expect_err("hdr");
         assert_eq!(e, ["mcp.servers.x.headers: X: not a valid header value"]);
+        let e = parse(json!({"url": "http://h/", "cost": {"t": "max_tokens"}})).expect_err("ptr");
+        assert_eq!(
+            e,
+            ["mcp.servers.x.cost: t: \"max_tokens\": expected a JSON pointer such as \"/max_tokens\""]
+        );
     }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use rmcp::model::Tool;
-use rmcp::service::Peer;
+use rmcp::model::{ServerNotification, SubscriptionFilter, Tool};
+use rmcp::service::{Peer, Subscription};
 use rmcp::RoleClient;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -284,6 +284,24 @@ async fn supervise(shared: Arc<Shared>, name: String, config: ServerConfig) {
     }
 }
 
+/// Waits for the next `notifications/tools/list_changed` on a listen stream (`false`
+/// when the stream ended, which is then dropped); pending for ever without one.
+async fn next_list_change(listen: &mut Option<Subscription>) -> bool {
+    let Some(sub) = listen.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        match sub.next().await {
+            Ok(Some(ServerNotification::ToolListChangedNotification(_))) => return true,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                *listen = None;
+                return false;
+            }
+        }
+    }
+}
+
 /// How a connection ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Ended {
@@ -306,16 +324,20 @@ async fn serve_link(
     let peer = link.peer().clone();
     match peer.list_all_tools().await {
         Ok(tools) => {
-            shared.set_link(name, Some(peer), None);
+            shared.set_link(name, Some(peer.clone()), None);
             shared.publish_tools(name, tools);
         }
         Err(e) => {
             let e = format!("cannot list its tools: {e}");
             tracing::warn!(server = %name, error = %e, "upstream");
-            shared.set_link(name, Some(peer), Some(e));
+            shared.set_link(name, Some(peer.clone()), Some(e));
             shared.rebuild();
         }
     }
+    // A 2026-07-28 upstream announces changes on a `subscriptions/listen` stream; an
+    // older one sends them unasked (to `UpstreamClient`), and refuses the listen.
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut listen = peer.listen(filter).await.ok();
     let ct = link.cancellation_token();
     let waiting = link.waiting();
     tokio::pin!(waiting);
@@ -326,6 +348,14 @@ async fn serve_link(
                 let list = relisted.borrow_and_update().clone();
                 if let Some(tools) = list {
                     shared.publish_tools(name, tools);
+                }
+            }
+            changed = next_list_change(&mut listen) => {
+                if changed {
+                    match peer.list_all_tools().await {
+                        Ok(tools) => shared.publish_tools(name, tools),
+                        Err(e) => tracing::warn!(server = %name, error = %e, "cannot read the tool list"),
+                    }
                 }
             }
             () = stopped(stop) => {

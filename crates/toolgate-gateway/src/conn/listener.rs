@@ -78,7 +78,12 @@ pub async fn serve(
             () = &mut shutdown => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => spawn(&mut tasks, &ctx, stream),
+                Ok((stream, _)) => {
+                    // An answer written in pieces (the SSE streams of `/mcp`) would
+                    // otherwise wait for the client's delayed ACK: 40 ms a piece.
+                    let _ = stream.set_nodelay(true);
+                    spawn(&mut tasks, &ctx, stream);
+                }
                 Err(e) => accept_error(&e).await,
             },
         }

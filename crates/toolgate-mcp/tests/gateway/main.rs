@@ -22,12 +22,13 @@ async fn tools_are_listed_under_their_exposed_names_with_their_schemas() {
         [
             "fake__bad",
             "fake__fail",
+            "fake__grow",
             "fake__odd_name",
             "fake__ok",
             "fake__slow"
         ]
     );
-    let ok = &tools[3];
+    let ok = &tools[4];
     assert_eq!(ok.description.as_deref(), Some("the ok tool"));
     assert!(ok.output_schema.is_some());
     let entry = s.upstreams.catalog();
@@ -153,4 +154,76 @@ async fn a_call_that_outlives_call_timeout_is_a_timeout() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     panic!("the upstream never saw the cancellation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_upstream_tool_list_reaches_the_catalog_and_the_client() {
+    let s = setup("", json!({})).await;
+    assert!(s.upstreams.catalog().get("fake__extra").is_none());
+    // The upstream (2026-07-28) announces the change on toolgate's listen stream;
+    // toolgate reads the list again and tells its own client (a handshake-era session).
+    s.call("fake__grow").await.expect("grow");
+    for _ in 0..100 {
+        if s.upstreams.catalog().get("fake__extra").is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        s.upstreams.catalog().get("fake__extra").is_some(),
+        "the catalog never had the new tool"
+    );
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        s.listener.changes.notified(),
+    )
+    .await
+    .expect("notifications/tools/list_changed in time");
+    let names: Vec<String> = s
+        .client
+        .peer()
+        .list_all_tools()
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert!(names.contains(&"fake__extra".to_string()), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_estimate_read_from_the_arguments_is_charged_to_the_budget() {
+    let s = setup(
+        "[tools.\"mcp:fake/ok\"]\ntokens = \"100/min\"\n",
+        json!({"fake": {"cost": {"ok": "/max_tokens"}}}),
+    )
+    .await;
+    let first = s
+        .call_with("fake__ok", json!({"max_tokens": 60}))
+        .await
+        .expect("call");
+    assert_eq!(first.is_error, Some(false));
+    let second = s
+        .call_with("fake__ok", json!({"max_tokens": 60}))
+        .await
+        .expect("call");
+    let data = second.structured_content.clone().expect("a rejection");
+    assert_eq!(data["reason"], "tokens_limited", "{data}");
+    assert_eq!(data["quota"], "tools.\"mcp:fake/ok\".tokens");
+    // 40 tokens are left: a smaller estimate fits.
+    let third = s
+        .call_with("fake__ok", json!({"max_tokens": 40}))
+        .await
+        .expect("call");
+    assert_eq!(third.is_error, Some(false));
+    let err = s
+        .call_with("fake__ok", json!({"max_tokens": "lots"}))
+        .await
+        .expect_err("not a number");
+    assert!(
+        err.to_string()
+            .contains("the token estimate at /max_tokens"),
+        "{err}"
+    );
+    assert_eq!(s.upstream_calls(), 2);
 }

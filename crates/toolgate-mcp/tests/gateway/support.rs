@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::{RequestContext, RunningService, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleClient, RoleServer, ServerHandler, ServiceExt};
@@ -23,6 +24,8 @@ use toolgate_mcp::{Gateway, McpConfig, Upstreams};
 pub(crate) struct Fake {
     pub(crate) calls: Arc<AtomicUsize>,
     pub(crate) cancelled: Arc<AtomicUsize>,
+    /// Set by `grow`: the tool list then has `extra` too.
+    pub(crate) grown: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 fn tool(name: &str, output: Option<Value>) -> Tool {
@@ -41,7 +44,12 @@ fn schema() -> Value {
 
 impl ServerHandler for Fake {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
     }
 
     async fn list_tools(
@@ -49,13 +57,36 @@ impl ServerHandler for Fake {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
+        let mut tools = vec![
             tool("ok", Some(schema())),
             tool("fail", None),
             tool("bad", Some(schema())),
             tool("slow", None),
             tool("odd.name", None),
-        ]))
+            tool("grow", None),
+        ];
+        if *self.grown.borrow() {
+            tools.push(tool("extra", None));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut grown = self.grown.subscribe();
+        tokio::select! {
+            () = context.cancelled() => return Ok(()),
+            _ = grown.wait_for(|g| *g) => {}
+        }
+        let _ = context.sink().notify_tool_list_changed().await;
+        context.cancelled().await;
+        Ok(())
     }
 
     async fn call_tool(
@@ -67,6 +98,13 @@ impl ServerHandler for Fake {
         let result = match &*request.name {
             "ok" | "odd.name" => CallToolResult::structured(json!({"n": 1})),
             "bad" => CallToolResult::structured(json!({"n": "not a number"})),
+            "grow" => {
+                self.grown.send_replace(true);
+                // A handshake-era client hears of it unasked; a 2026-07-28 one on
+                // its listen stream (below).
+                let _ = context.peer.notify_tool_list_changed().await;
+                CallToolResult::success(vec![ContentBlock::text("grown")])
+            }
             "slow" => {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_secs(10)) => {}
@@ -100,21 +138,41 @@ pub(crate) async fn serve_upstream(fake: Fake) -> String {
     format!("http://{addr}/mcp")
 }
 
+/// The test's client: counts the tool-list changes it hears of.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Listener {
+    pub(crate) changes: Arc<tokio::sync::Notify>,
+}
+
+impl rmcp::ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.changes.notify_one();
+    }
+}
+
 /// The gateway's parts for one test.
 pub(crate) struct Setup {
     pub(crate) fake: Fake,
     pub(crate) engine: Engine,
     pub(crate) upstreams: Upstreams,
-    pub(crate) client: RunningService<RoleClient, ()>,
+    pub(crate) client: RunningService<RoleClient, Listener>,
+    pub(crate) listener: Listener,
 }
 
 /// A fake upstream, a gateway in front of it with `policy` and `mcp` (extra `[mcp]`
-/// keys), and a client connected to the gateway.
+/// keys; its `fake` object, extra keys of `[mcp.servers.fake]`), and a client
+/// connected to the gateway.
 pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
     let fake = Fake::default();
     let url = serve_upstream(fake.clone()).await;
     let mut table = mcp;
-    table["servers"] = json!({"fake": {"url": url}});
+    let mut server = json!({"url": url});
+    if let Some(extra) = table.as_object_mut().and_then(|t| t.remove("fake")) {
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            server[k] = v.clone();
+        }
+    }
+    table["servers"] = json!({ "fake": server });
     let mut errors = Vec::new();
     let config = McpConfig::parse(&table, &mut errors);
     assert!(errors.is_empty(), "{errors:?}");
@@ -132,12 +190,14 @@ pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
             let _ = running.waiting().await;
         }
     });
-    let client = ().serve(client_io).await.expect("client");
+    let listener = Listener::default();
+    let client = listener.clone().serve(client_io).await.expect("client");
     Setup {
         fake,
         engine,
         upstreams,
         client,
+        listener,
     }
 }
 
@@ -147,8 +207,17 @@ impl Setup {
         &self,
         name: &str,
     ) -> Result<CallToolResult, rmcp::service::ServiceError> {
+        self.call_with(name, json!({})).await
+    }
+
+    /// Calls the tool exposed as `name` with these arguments.
+    pub(crate) async fn call_with(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, rmcp::service::ServiceError> {
         let mut params = CallToolRequestParams::new(name.to_string());
-        params.arguments = Some(serde_json::Map::new());
+        params.arguments = arguments.as_object().cloned();
         self.client.peer().call_tool(params).await
     }
 

@@ -52,6 +52,20 @@ def client(gw: Gateway, token: str = TOKEN_A, **kw: object) -> Client:
     return Client(streamable_http_client(gw.mcp, http_client=http), cache=None, **kw)  # type: ignore[arg-type]
 
 
+def initialize(n: int) -> dict:
+    """A handshake-era `initialize` request (it opens a session)."""
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+
+
 def total_decisions(gw: Gateway) -> int:
     tools = httpx2.get(f"{gw.url}/v1/tools", headers=gw.headers()).json()["tools"]
     return sum(t["admitted"] + t["rejected"] for t in tools)
@@ -96,10 +110,27 @@ async def test_a_call_within_quota_returns_the_upstreams_result_and_beyond_it_a_
 
 async def test_initialize_and_tools_list_consume_nothing(gw: Gateway) -> None:
     before = total_decisions(gw)
-    for _ in range(100):
-        async with client(gw, mode="legacy") as c:
+    # 100 sessions, each opened with `initialize` and listing the tools (the
+    # handshake-era protocol, which has sessions) ...
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx2.AsyncClient(headers={**gw.headers(), **accept}) as http:
+        for i in range(100):
+            r = await http.post(gw.mcp, json=initialize(i))
+            assert r.status_code == 200, r.text
+            h = {"mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+            r = await http.post(gw.mcp, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=h)
+            assert r.status_code == 202, r.text
+            r = await http.post(gw.mcp, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=h)
+            assert "everything__echo" in r.text, r.text
+            r = await http.post(gw.mcp, json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=h)
+            assert r.status_code == 200, r.text
+            assert (await http.delete(gw.mcp, headers=h)).status_code in (200, 202, 204)
+    # ... and 100 listings through the official client (2026-07-28, no sessions).
+    async with client(gw) as c:
+        for _ in range(100):
             assert (await c.list_tools()).tools
     assert total_decisions(gw) == before
+    assert gw.upstream_calls("mcp:everything/echo") == gw.tool("mcp:everything/echo")["admitted"]
 
 
 async def test_wait_mode_admits_a_queued_call_when_the_quota_refills(gw: Gateway) -> None:
@@ -151,16 +182,7 @@ async def test_jsonrpc_and_auth_edges(gw: Gateway) -> None:
 
 
 async def test_a_session_belongs_to_the_tenant_that_opened_it(gw: Gateway) -> None:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
+    init = initialize(1)
     accept = {"Accept": "application/json, text/event-stream"}
     r = httpx2.post(gw.mcp, json=init, headers={**gw.headers(TOKEN_A), **accept})
     assert r.status_code == 200, r.text
@@ -172,3 +194,20 @@ async def test_a_session_belongs_to_the_tenant_that_opened_it(gw: Gateway) -> No
     mine = {**theirs, **gw.headers(TOKEN_A)}
     r = httpx2.post(gw.mcp, json=ping, headers=mine)
     assert r.status_code in (200, 202), r.text
+
+
+async def test_progress_of_a_running_call_reaches_the_client(gw: Gateway) -> None:
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total))
+
+    async with client(gw) as c:
+        r = await c.call_tool(
+            "everything__trigger-long-running-operation",
+            {"duration": 0.6, "steps": 3},
+            progress_callback=on_progress,
+        )
+    assert r.is_error is False, r
+    assert "Long running operation completed" in r.content[0].text  # type: ignore[union-attr]
+    assert seen == [(1, 3), (2, 3), (3, 3)], seen

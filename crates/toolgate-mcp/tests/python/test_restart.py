@@ -1,10 +1,11 @@
 """An upstream child process killed mid-session: calls fail with a clear error, the
-child is started again, later calls succeed."""
+child is started again, later calls succeed; on shutdown the child is stopped."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from collections.abc import Iterator
 
 import anyio
@@ -50,3 +51,16 @@ async def test_a_killed_upstream_is_restarted(gw: Gateway) -> None:
         assert r.content[0].text == "Echo: after"  # type: ignore[union-attr]
         [new_child] = gw.children()
         assert new_child != child
+    # SIGTERM: toolgate stops its children before it exits.
+    gw.process.terminate()
+    assert gw.process.wait(10) == 0
+    with anyio.fail_after(5):
+        while Path(f"/proc/{new_child}").exists() and "Z" not in _state(new_child):
+            await anyio.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
