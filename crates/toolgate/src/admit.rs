@@ -16,6 +16,15 @@ use crate::tool::ToolRuntime;
 use crate::vocab::{Call, OnLimit, Reason, Rejection, UnknownTools};
 use crate::wait::Waiting;
 
+/// Whether [`admit`] may wait.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Waits {
+    /// As the tool's `on_limit` and the call's own `max_wait` say.
+    AsTheToolSays,
+    /// Never: now or never.
+    Never,
+}
+
 /// Admits `call` now or rejects it now: never waits (see
 /// [`crate::Engine::try_admit`]).
 pub(crate) fn try_admit(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
@@ -102,15 +111,6 @@ pub(crate) async fn admit(live: &Live, call: &Call<'_>, waits: Waits) -> Result<
         tool.stats.on_reject(r, call.tenant);
     }
     result
-}
-
-/// Whether [`admit`] may wait.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Waits {
-    /// As the tool's `on_limit` and the call's own `max_wait` say.
-    AsTheToolSays,
-    /// Never: now or never.
-    Never,
 }
 
 /// The runtime of the call's tool, or the answer for a tool without a policy.

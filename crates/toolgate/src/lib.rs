@@ -72,44 +72,69 @@
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 #![warn(clippy::too_many_lines)]
 
-mod adaptive;
-mod admit;
-mod circuit;
-mod clock;
-pub mod compile;
-mod compiled;
-pub mod config;
-mod denial;
+// The modules from the top (what a user calls) down: each uses only those below it
+// (`scripts/check-layers`), so a call reads `admit → decide → permit → complete` in
+// this order. `docs/architecture.md` draws the layers.
+
+// The facade, and the tower layers above it.
 mod engine;
-mod handle;
-mod held;
-mod kernel;
-mod lanes;
 #[cfg(feature = "tower")]
 pub mod layer;
+
+// The steps of a call: one call, every call of a plan, a resolved tool, snapshots,
+// the retry pipeline; the policy in force and its reloads.
+mod admit;
+mod handle;
 mod live;
-#[cfg(doctest)]
-mod must_use;
-mod observe;
-mod permit;
 mod pipeline;
-mod policy;
+mod reserve;
+mod state;
+
+// What an admission hands out and how a call waits; a policy compiled into tools.
+mod compiled;
+mod permit;
+mod wait;
+
+// A tool as the engine runs it: its gates, its immediate admission, its end of a call.
+mod tool;
+
+// What the tools share: the clock, the waiters' scheduler, the upstream's signals.
 mod queue;
+mod shared;
+mod upstream;
+mod waiter;
+
+// The decision kernel and the words of its answers.
+mod denial;
+mod held;
+mod kernel;
+
+// State: quotas and rate algorithms, signals, breaker, adaptive limit, retries,
+// counters, and the seam to a shared store.
+mod adaptive;
+mod circuit;
+mod observe;
 mod quota;
 mod rate;
-mod reserve;
 pub mod retry;
-pub mod shaping;
-mod shared;
 mod signals;
-mod state;
 pub mod store;
+
+// The policy: parsing, validation, each tool's resolved quotas.
+pub mod compile;
+pub mod config;
+mod policy;
+
+// The vocabulary every layer speaks (with the upstream's rate-limit headers, which a
+// completion carries), and the primitives.
+mod clock;
+mod lanes;
+pub mod shaping;
 mod sync;
-mod tool;
-mod upstream;
 mod vocab;
-mod wait;
-mod waiter;
+
+#[cfg(doctest)]
+mod must_use;
 
 pub use circuit::CircuitState;
 pub use clock::{Clock, ManualClock, Nanos, Sleep, SystemClock};

@@ -57,6 +57,8 @@ struct Extra {
 // === impl Permit ===
 
 impl Permit {
+    /// The permit of a call of `tool` (`None`: a tool without a policy) admitted at
+    /// `admitted_at` after waiting `waited`, keeping `held`.
     pub(crate) fn new(
         tool: Option<Arc<ToolRuntime>>,
         held: HeldParts,
@@ -296,6 +298,7 @@ enum Scoped<'a> {
 // === impl ScopedPermit ===
 
 impl<'a> ScopedPermit<'a> {
+    /// A scoped permit of a call the fast path admitted at `admitted_at`.
     #[inline]
     pub(crate) fn fast(tool: &'a Arc<ToolRuntime>, admitted_at: Nanos) -> Self {
         Self {
@@ -303,6 +306,7 @@ impl<'a> ScopedPermit<'a> {
         }
     }
 
+    /// A scoped permit wrapping a permit the general path admitted.
     pub(crate) fn owned(permit: Permit) -> Self {
         Self {
             inner: Scoped::Owned(Box::new(permit)),

@@ -97,6 +97,7 @@ impl Pend {
 // === impl Scheduler ===
 
 impl Scheduler {
+    /// The next arrival number: reservations and waiters are ordered by it.
     pub(crate) fn next_seq(&mut self) -> u64 {
         self.next_seq += 1;
         self.next_seq

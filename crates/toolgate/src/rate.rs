@@ -10,4 +10,4 @@ mod bucket;
 mod sliding;
 
 pub(crate) use bucket::{Gcra, Tat, WordForm};
-pub(crate) use sliding::{SlidingLog, Window};
+pub(crate) use sliding::{SlidingLog, SlidingWindow};

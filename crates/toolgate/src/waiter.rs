@@ -19,6 +19,7 @@ use crate::sync::{AtomicU64, Mutex};
 use crate::upstream::Upstream;
 use crate::vocab::Rejection;
 
+/// A waiter's reservations: each quota, its cell and the cost reserved there.
 pub(crate) type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64); 4]>;
 
 /// A waiting call, with what re-gating it needs.
@@ -109,6 +110,7 @@ impl WaitSlot {
         }
     }
 
+    /// Marks the waiter refused with `r` and wakes it.
     pub(crate) fn refuse(&self, r: Rejection) {
         *self.refused.lock() = Some(r);
         self.wake();

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use crate::rate::{Gcra, Window};
-use crate::vocab::{CostOf, Mode, Rate, Reason, Window as WindowKind, DEFAULT_MAX_PARTITIONS};
+use crate::rate::{Gcra, SlidingWindow};
+use crate::vocab::{CostOf, Mode, Rate, Reason, Window, DEFAULT_MAX_PARTITIONS};
 
 /// What a quota limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     Bucket(Gcra),
-    Sliding(Window),
+    Sliding(SlidingWindow),
     Concurrency(u64),
 }
 
@@ -32,14 +32,14 @@ pub(crate) struct QuotaDef {
 // === impl QuotaDef ===
 
 impl QuotaDef {
-    pub(crate) fn rate(path: Arc<str>, rate: Rate, burst: Option<u64>, window: WindowKind) -> Self {
+    pub(crate) fn rate(path: Arc<str>, rate: Rate, burst: Option<u64>, window: Window) -> Self {
         let kind = match window {
-            WindowKind::Bucket => Kind::Bucket(Gcra::new(
+            Window::Bucket => Kind::Bucket(Gcra::new(
                 rate.count(),
                 rate.period_ns(),
                 burst.unwrap_or(rate.count()),
             )),
-            WindowKind::Sliding => Kind::Sliding(Window::new(rate.count(), rate.period_ns())),
+            Window::Sliding => Kind::Sliding(SlidingWindow::new(rate.count(), rate.period_ns())),
         };
         Self::with_kind(path, kind, CostOf::Requests)
     }

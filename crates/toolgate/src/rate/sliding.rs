@@ -12,7 +12,7 @@ use crate::clock::Nanos;
 
 /// Parameters of a sliding window: at most `limit` per `period_ns`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Window {
+pub(crate) struct SlidingWindow {
     limit: u64,
     period_ns: u64,
 }
@@ -27,9 +27,9 @@ pub(crate) struct SlidingLog {
     trimmed: usize,
 }
 
-// === impl Window ===
+// === impl SlidingWindow ===
 
-impl Window {
+impl SlidingWindow {
     pub(crate) fn new(limit: u64, period_ns: u64) -> Self {
         debug_assert!(limit >= 1 && period_ns >= 1);
         Self { limit, period_ns }
@@ -160,7 +160,7 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
-    fn admit(w: &Window, log: &mut SlidingLog, now: Nanos) -> Result<(), Nanos> {
+    fn admit(w: &SlidingWindow, log: &mut SlidingLog, now: Nanos) -> Result<(), Nanos> {
         w.trim(log, now);
         let t = w.earliest(log, 1, now);
         if t > now {
@@ -172,7 +172,7 @@ mod tests {
 
     #[test]
     fn at_most_limit_in_any_window_and_retry_after_is_when_the_oldest_leaves() {
-        let w = Window::new(3, 60 * S);
+        let w = SlidingWindow::new(3, 60 * S);
         let mut log = SlidingLog::default();
         assert!(admit(&w, &mut log, 0).is_ok());
         assert!(admit(&w, &mut log, 10 * S).is_ok());
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn parts_of_a_batch_are_taken_back_one_by_one() {
-        let w = Window::new(4, 10);
+        let w = SlidingWindow::new(4, 10);
         let mut log = SlidingLog::default();
         w.charge(&mut log, 3, 0); // a reservation of three calls, one entry
         log.remove(0, 1);
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn batches_wait_for_enough_entries_to_leave() {
-        let w = Window::new(4, 10);
+        let w = SlidingWindow::new(4, 10);
         let mut log = SlidingLog::default();
         w.charge(&mut log, 2, 0);
         w.charge(&mut log, 2, 5);
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn truncating_to_a_snapshot_survives_trims() {
-        let w = Window::new(10, 100);
+        let w = SlidingWindow::new(10, 100);
         let mut log = SlidingLog::default();
         w.charge(&mut log, 1, 0);
         w.charge(&mut log, 1, 10);
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn future_entries_keep_later_calls_behind_them() {
-        let w = Window::new(10, 100);
+        let w = SlidingWindow::new(10, 100);
         let mut log = SlidingLog::default();
         w.charge(&mut log, 1, 50);
         assert_eq!(w.earliest(&log, 1, 0), 50);

@@ -48,12 +48,13 @@ pub struct RetryBudget {
 
 #[derive(Debug)]
 struct State {
-    window: Window,
+    recent: Recent,
     floor: Floor,
 }
 
+/// The calls and retries of the last seconds, one slot per second.
 #[derive(Debug, Default)]
-struct Window {
+struct Recent {
     /// Per one-second slot: (slot number, calls, retries taken from the ratio).
     slots: [(u64, u64, u64); SLOTS],
 }
@@ -77,7 +78,7 @@ impl RetryBudget {
             ratio: ratio.clamp(0.0, 1.0),
             min_per_second,
             inner: Mutex::new(State {
-                window: Window::default(),
+                recent: Recent::default(),
                 floor: Floor {
                     nano_tokens: Floor::capacity(min_per_second),
                     at: 0,
@@ -88,7 +89,7 @@ impl RetryBudget {
 
     /// Records a call at `now` (the pipeline records each successful call).
     pub fn deposit(&self, now: Nanos) {
-        self.inner.lock().window.slot(now).1 += 1;
+        self.inner.lock().recent.slot(now).1 += 1;
     }
 
     /// Takes one retry from the budget at `now`, if there is one: from the ratio
@@ -96,9 +97,9 @@ impl RetryBudget {
     #[must_use = "a retry is taken from the budget only when this says `true`"]
     pub fn try_withdraw(&self, now: Nanos) -> bool {
         let mut s = self.inner.lock();
-        let (calls, retries) = s.window.totals(now);
+        let (calls, retries) = s.recent.totals(now);
         if (retries as f64) + 1.0 <= self.ratio * calls as f64 {
-            s.window.slot(now).2 += 1;
+            s.recent.slot(now).2 += 1;
             return true;
         }
         s.floor.try_take(now, self.min_per_second)
@@ -110,9 +111,9 @@ impl RetryBudget {
     }
 }
 
-// === impl Window ===
+// === impl Recent ===
 
-impl Window {
+impl Recent {
     fn slot(&mut self, now: Nanos) -> &mut (u64, u64, u64) {
         let n = now / SLOT_NS;
         let s = &mut self.slots[(n % SLOTS as u64) as usize];

@@ -1,7 +1,7 @@
 //! A cell's one-word form and its size.
 
 use super::*;
-use crate::vocab::{Rate, Window as WindowKind};
+use crate::vocab::{Rate, Window};
 
 fn word(cell: &Cell) -> u64 {
     cell.fast().unwrap().word.load(Ordering::Acquire)
@@ -13,7 +13,7 @@ fn the_word_holds_the_bucket_only_while_it_is_in_use_and_nobody_waits() {
         "tools.t.rate".into(),
         Rate::per_second(2).unwrap(),
         Some(2),
-        WindowKind::Bucket,
+        Window::Bucket,
     );
     let cell = Cell::single(&def, Limiter::fresh(&def, 0));
     // Not in use: the lock keeps the state, the fast path defers.
