@@ -58,13 +58,18 @@ async def until(done: object, timeout: float = 5.0) -> None:
         ({"rpm": 5, "max_wait_seconds": -1}, ValueError, "max_wait_seconds: -1: must be at least 0"),
         ({"rpm": 5, "max_wait_seconds": math.nan}, ValueError, "max_wait_seconds: nan: must be a finite"),
         ({"rpm": 5, "max_wait_seconds": 1e9}, ValueError, "max_wait_seconds: 1000000000.0: must be at most 3600"),
-        ({"rpm": 5, "behavior": "error", "max_wait_seconds": 1.0}, ValueError, 'applies only to behavior="wait"'),
+        ({"rpm": 5, "behavior": "error", "max_wait_seconds": -1}, ValueError, "max_wait_seconds: -1: must be at least 0"),
     ],
 )
 def test_invalid_values_are_refused_naming_the_field(kwargs: dict[str, object], error: type, message: str) -> None:
     with pytest.raises(error) as e:
         ToolRateLimit(**kwargs)  # type: ignore[arg-type]
     assert message in str(e.value)
+
+
+def test_error_never_waits_whatever_max_wait_seconds_says() -> None:
+    cfg = ToolRateLimit(rpm=5, behavior="error", max_wait_seconds=30.0).to_config()
+    assert (cfg["on_limit"], cfg["max_wait"]) == ("reject", "0s")
 
 
 def test_the_longest_wait_is_the_engines_limit_of_one_hour() -> None:

@@ -64,7 +64,8 @@ class ToolRateLimit:
     when its wait, predicted up front, is at most ``max_wait_seconds`` (``None``:
     the longest wait the engine allows, ``MAX_WAIT_SECONDS``, one hour); a call that
     would wait longer is rejected at once with ``max_wait_exceeded``. ``"error"``
-    rejects it at once with ``rate_limited``.
+    rejects it at once with ``rate_limited`` (a ``max_wait_seconds`` given with it is
+    checked and has nothing to bound).
 
     Raises ``TypeError`` for a missing ``rpm`` or a value of the wrong type, and
     ``ValueError`` naming the field for a value out of range.
@@ -89,8 +90,8 @@ class ToolRateLimit:
         if self.behavior not in ("wait", "error"):
             raise _field_error("behavior", self.behavior, 'must be "wait" or "error"')
         if self.max_wait_seconds is not None:
-            if self.behavior == "error":
-                raise _field_error("max_wait_seconds", self.max_wait_seconds, 'applies only to behavior="wait"')
+            # Checked under "error" too (a bad value is a mistake either way), but only
+            # "wait" has a wait to bound: "error" never waits.
             _seconds("max_wait_seconds", self.max_wait_seconds)
             if self.max_wait_seconds > MAX_WAIT_SECONDS:
                 raise _field_error(
