@@ -85,6 +85,7 @@ mod handle;
 mod held;
 mod kernel;
 mod lanes;
+mod latency;
 #[cfg(feature = "tower")]
 pub mod layer;
 mod live;
@@ -122,4 +123,6 @@ pub use pipeline::{
 };
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};
-pub use vocab::{Call, Completion, ExecuteError, Outcome, Reason, Rejection};
+pub use vocab::{
+    Call, Completion, ExecuteError, Outcome, Priority, Reason, Rejection, UnknownPriority,
+};
