@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate::{AttemptResult, Call, ExecuteError, Permit, RunFailure, RunOptions, RunOutput};
+use toolgate::{
+    AttemptResult, Call, ExecuteError, Permit, Priority, RunFailure, RunOptions, RunOutput,
+};
 
 use crate::state::AppState;
 use crate::upstream::{self, Failure, Success, Upstream};
@@ -29,7 +31,11 @@ pub struct Job<'a> {
     pub max_wait: Option<Duration>,
     /// A bound on every wait, whatever the tool or call says.
     pub wait_cap: Duration,
-    /// Bounds the whole call (admission, attempts, delays).
+    /// The call's priority class.
+    pub priority: Priority,
+    /// Time left to the call's deadline (`ZERO`: passed): bounds the whole call
+    /// (admission, attempts, delays), and its wait by the tool's observed run time
+    /// ([`Call::deadline`]).
     pub deadline: Option<Duration>,
     /// The call's admission, taken before the call was taken in: the first attempt
     /// runs on it.
@@ -50,7 +56,12 @@ pub async fn run<'a>(state: &AppState, up: &Arc<Upstream>, job: Job<'a>) -> Ran 
     let mut call = Call::new(job.tool)
         .with_tenant(job.tenant)
         .tokens(job.tokens)
-        .cap_wait(job.wait_cap);
+        .cap_wait(job.wait_cap)
+        .priority(job.priority);
+    if let Some(left) = job.deadline {
+        let now = state.engine().clock().now();
+        call = call.deadline(crate::urgency::engine_deadline(now, left));
+    }
     if let Some(w) = job.max_wait {
         call = call.max_wait(w);
     }

@@ -38,6 +38,7 @@ pub mod settings;
 pub mod state;
 pub mod store;
 pub mod upstream;
+pub mod urgency;
 
 /// The bundled example config: the customer-service agent.
 pub const EXAMPLE_CONFIG: &str = include_str!("../config/example.toml");

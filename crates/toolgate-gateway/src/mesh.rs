@@ -84,6 +84,7 @@ impl Runner {
                 tokens: job.tokens.unwrap_or(0),
                 max_wait: Some(job.max_wait),
                 wait_cap: job.max_wait,
+                priority: toolgate::Priority::Default,
                 deadline: job.deadline,
                 permit: job.permit,
             },

@@ -221,7 +221,7 @@ impl MeshCall {
         let deadline = wire
             .deadline
             .as_ref()
-            .map(deadline)
+            .map(parse_deadline)
             .transpose()
             .map_err(fail)?;
         Ok(Self {
@@ -297,8 +297,14 @@ fn clip(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-/// An RFC 3339 time or Unix milliseconds (a whole number, up to the year 9999).
-fn deadline(v: &Value) -> Result<SystemTime, String> {
+/// A `deadline` as the envelope carries it: an RFC 3339 time or Unix milliseconds (a
+/// whole number, up to the year 9999). The gateway reads the `deadline` of its HTTP
+/// requests with it too.
+///
+/// # Errors
+///
+/// A message naming the field and what is wrong.
+pub fn parse_deadline(v: &Value) -> Result<SystemTime, String> {
     const MAX_MS: u64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
     match v {
         Value::String(s) => humantime::parse_rfc3339_weak(s)

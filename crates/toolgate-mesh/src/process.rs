@@ -324,6 +324,11 @@ fn ending_of(shared: &Shared, call: &MeshCall, delivery: Delivery, e: Execution)
         Execution::Rejected(no) => {
             let (code, message) = (no.reason().as_str(), no.to_string());
             let dead = match no.reason() {
+                // Admitted too late to finish by its deadline: no later try is earlier.
+                _ if no.is_past_deadline() => {
+                    let dead = DeadReason::DeadlineExceeded;
+                    return refused(call, "deadline_exceeded", dead, code, message);
+                }
                 Reason::UnknownTool => DeadReason::UnknownTool,
                 Reason::CostExceedsCapacity => DeadReason::InvalidEnvelope,
                 _ => {

@@ -8,6 +8,7 @@
 //! policy; a tool without a policy is let through or refused as `unknown_tools` says.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::compiled::Compiled;
 use crate::live::Live;
@@ -134,9 +135,19 @@ async fn in_store(
     let Some(store) = &live.shared.store else {
         return Ok(local);
     };
-    match store.admit(*call, waits).await {
+    // The store waits as long as the call's cap says: its deadline, less the tool's
+    // expected run time, caps it there.
+    let call = match call.deadline_at() {
+        Some(d) => {
+            let now = live.shared.clock.now();
+            let room = Duration::from_nanos(tool.stats.latency.latest_start(d).saturating_sub(now));
+            call.cap_wait(call.wait_cap().map_or(room, |c| c.min(room)))
+        }
+        None => *call,
+    };
+    match store.admit(call, waits).await {
         Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease)),
-        Ok(lease) => regate_stored(live, tool, call, local.with_lease(lease)),
+        Ok(lease) => regate_stored(live, tool, &call, local.with_lease(lease)),
         Err(r) => {
             // Nothing ran: the local parts (a probe slot, an adaptive
             // concurrency slot) go back as if the call never came.

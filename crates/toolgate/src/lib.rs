@@ -113,6 +113,7 @@ mod kernel;
 // counters, and the seam to a shared store.
 mod adaptive;
 mod circuit;
+mod latency;
 mod observe;
 mod quota;
 mod rate;
@@ -147,4 +148,6 @@ pub use pipeline::{
 };
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};
-pub use vocab::{Call, Completion, ExecuteError, Outcome, Reason, Rejection};
+pub use vocab::{
+    Call, Completion, ExecuteError, Outcome, Priority, Reason, Rejection, UnknownPriority,
+};

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
+use crate::latency::Latencies;
 use crate::vocab::{Reason, Rejection};
 
 /// Live counters of one tool, kept across policy reloads.
@@ -22,6 +23,10 @@ pub(crate) struct ToolStats {
     pub(crate) waiting: AtomicUsize,
     pub(crate) rejected: AtomicU64,
     pub(crate) shadow_rejected: AtomicU64,
+    /// The latest latencies completions reported, and their p90 (the expected run
+    /// time a deadline leaves room for). Boxed: read only for a call with a deadline,
+    /// it stays out of the cache lines the fast path reads.
+    pub(crate) latency: Box<Latencies>,
     metrics: ToolMetrics,
 }
 
@@ -66,6 +71,7 @@ impl ToolStats {
             waiting: AtomicUsize::new(0),
             rejected: AtomicU64::new(0),
             shadow_rejected: AtomicU64::new(0),
+            latency: Box::new(Latencies::new()),
             metrics,
         }
     }

@@ -165,6 +165,11 @@ fn gate_and_plan<'c>(
             planned.plans.push(SmallVec::new());
             continue;
         };
+        if t.stats.latency.too_late(now, call.deadline_at()) {
+            let r = Rejection::past_deadline(t.name.clone());
+            t.stats.on_reject(&r, call.tenant);
+            return Err(r);
+        }
         let pass = match t.gates(now, call.tenant) {
             Ok(pass) => pass,
             Err(d) => return Err(t.refuse(d, call.tenant)),

@@ -79,7 +79,7 @@ pub(crate) struct Pass {
 
 impl ToolRuntime {
     /// Admits `call` now or says why not; never waits. The one-word fast path first,
-    /// when nothing else has a say; then the gates and the kernel.
+    /// when nothing else has a say; then the deadline, the gates and the kernel.
     #[inline]
     pub(crate) fn try_admit(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
         if self.try_admit_fast(call, now) {
@@ -89,14 +89,15 @@ impl ToolRuntime {
     }
 
     /// Admits `call` by the fast path alone, when nothing else has a say: no
-    /// breaker, no upstream pause or spreading, and a bucket that admits now.
-    /// `false` leaves the decision to the general path.
+    /// deadline, no breaker, no upstream pause or spreading, and a bucket that admits
+    /// now. `false` leaves the decision to the general path.
     #[inline(always)]
     pub(crate) fn try_admit_fast(&self, call: &Call<'_>, now: Nanos) -> bool {
         let Some(bucket) = self.fast_bucket() else {
             return false;
         };
-        if self.superseded.load(std::sync::atomic::Ordering::Acquire)
+        if call.deadline_at().is_some()
+            || self.superseded.load(std::sync::atomic::Ordering::Acquire)
             || !self.ungated(now)
             || !bucket.try_charge(call.count, now)
         {
@@ -113,6 +114,9 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Admission, Denial> {
+        if self.stats.latency.too_late(now, call.deadline_at()) {
+            return Err(Rejection::past_deadline(self.name.clone()).into());
+        }
         let pass = self.gates(now, call.tenant)?;
         match self.try_quotas(call, now) {
             Ok(mut admission) => {
@@ -128,10 +132,12 @@ impl ToolRuntime {
     }
 
     /// Every quota of `call`, once the gates have let it through: the bucket's
-    /// compare-and-swap, unless `try_admit_fast` tried it already (it does when no
-    /// gate had a say), else the kernel on the call's plan.
+    /// compare-and-swap, unless `try_admit_fast` tried it already (when no gate nor
+    /// deadline had a say), else the kernel on the call's plan.
     fn try_quotas(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
-        let bucket = self.fast_bucket().filter(|_| !self.ungated(now));
+        let bucket = self
+            .fast_bucket()
+            .filter(|_| call.deadline_at().is_some() || !self.ungated(now));
         if bucket.is_some_and(|b| b.try_charge(call.count, now)) {
             self.on_admit(Duration::ZERO, call.tenant);
             return Ok(Admission::immediate(now));
@@ -425,11 +431,12 @@ impl ToolRuntime {
         match &completion {
             // Dropped without an outcome: nothing to record.
             None if !probe => self.stats.on_finish(),
-            // An outcome that nothing takes in: no upstream signal, and neither a
-            // breaker nor an adaptive limit to feed. Decided inline, so that a
+            // An outcome that nothing takes in: no latency, no upstream signal, and
+            // neither a breaker nor an adaptive limit to feed. Decided inline, so that a
             // completion built at the call site need not be written out.
             Some(c)
                 if !probe
+                    && c.latency.is_none()
                     && c.server_limit.is_none()
                     && c.retry_after.is_none()
                     && self.adaptive.is_none()
@@ -456,6 +463,9 @@ impl ToolRuntime {
             self.stats.on_finish();
             return;
         };
+        if let Some(latency) = c.latency {
+            self.stats.latency.record(latency);
+        }
         if c.server_limit.is_some() || c.retry_after.is_some() {
             self.hear(&c, tenant.map(NonZeroU64::get));
         }

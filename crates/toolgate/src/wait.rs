@@ -48,6 +48,9 @@ struct Want<'c> {
     key: Option<u64>,
     /// The latest admission time the call accepts.
     deadline: Nanos,
+    /// Whether that time is set by the call's own deadline (rather than its
+    /// `max_wait`): a refusal then names the deadline.
+    by_call_deadline: bool,
     /// The quota path of the first refusal, named when nothing else binds.
     quota: Arc<str>,
 }
@@ -97,6 +100,20 @@ struct ConcHold<'a> {
     held: HeldParts,
 }
 
+// === impl Want ===
+
+impl Want<'_> {
+    /// The refusal of a call whose admission, `wait` from now as `quota` says, comes
+    /// after the latest it accepts: by its deadline, or too long a wait.
+    fn too_late(&self, tool: &ToolRuntime, quota: &Arc<str>, wait: Nanos) -> Rejection {
+        if self.by_call_deadline {
+            Rejection::past_deadline(tool.name.clone())
+        } else {
+            tool.upstream.too_long(quota, wait)
+        }
+    }
+}
+
 // === impl Waiting ===
 
 impl<'c> Waiting<'c> {
@@ -112,15 +129,21 @@ impl<'c> Waiting<'c> {
     ) -> Result<Self, Denial> {
         let start = tool.shared.clock.now();
         let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
+        let by_max_wait = start.saturating_add(nanos(max_wait));
+        // The call's own deadline, less the tool's expected run time, when it comes
+        // first: the wait is bounded by min(max_wait, deadline − now − run time).
+        let latest_start = call
+            .deadline_at()
+            .map(|d| tool.stats.latency.latest_start(d));
         let want = Want {
             tenant: call.tenant,
             key: tool.upstream.tenant_key(call.tenant),
-            deadline: start.saturating_add(nanos(max_wait)),
+            deadline: latest_start.map_or(by_max_wait, |l| l.min(by_max_wait)),
+            by_call_deadline: latest_start.is_some_and(|l| l < by_max_wait),
             quota: first.rejection.quota().into(),
         };
         if first.at > want.deadline {
-            let quota = &want.quota;
-            return Err(tool.upstream.too_long(quota, first.at - start).into());
+            return Err(want.too_late(&tool, &want.quota, first.at - start).into());
         }
         let Some(queued) = tool.stats.enter_queue(tool.queue_limit) else {
             let retry = first.rejection.retry_after();
@@ -234,7 +257,8 @@ impl<'c> Waiting<'c> {
             if denial.at > self.want.deadline {
                 let quota: Arc<str> = denial.rejection.quota().into();
                 let now = self.tool.shared.clock.now();
-                return Err(self.tool.upstream.too_long(&quota, denial.at - now).into());
+                let wait = denial.at - now;
+                return Err(self.want.too_late(&self.tool, &quota, wait).into());
             }
         }
     }
@@ -324,7 +348,7 @@ impl<'c> Waiting<'c> {
             (at, by) = (s, up.spread_path.clone());
         }
         if at > want.deadline {
-            return Err(up.too_long(&by, at - now));
+            return Err(want.too_late(&self.tool, &by, at - now));
         }
         // Within the deadline, a slot is a claimed one.
         Ok(Timing {

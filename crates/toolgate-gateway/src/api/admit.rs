@@ -1,7 +1,7 @@
 //! `POST /v1/admit`: admit a call now (or after waiting, in wait mode) and open a
 //! lease, or say why not.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use toolgate::{Call, Rejection};
 
 use crate::auth::Caller;
@@ -18,6 +19,7 @@ use crate::extract::JsonBody;
 use crate::leases::{Id, NewLease};
 use crate::ratelimit::{ceil_secs, StackBuf};
 use crate::state::AppState;
+use crate::urgency;
 
 /// The body of `POST /v1/admit`.
 #[derive(Debug, Deserialize)]
@@ -28,6 +30,9 @@ pub struct AdmitRequest {
     max_wait_ms: Option<u64>,
     /// Checked for length only: admit does not deduplicate by it.
     idempotency_key: Option<String>,
+    priority: Option<String>,
+    /// An RFC 3339 string or Unix milliseconds (see [`crate::urgency`]).
+    deadline: Option<Value>,
 }
 
 /// The 429 answer.
@@ -58,6 +63,12 @@ pub async fn admit(
 ) -> Result<Response, ApiError> {
     let limits = state.live().settings.limits;
     check(&req, limits.max_id_length)?;
+    let priority = urgency::priority("priority", req.priority.as_deref())?;
+    let left = req
+        .deadline
+        .as_ref()
+        .map(|v| urgency::deadline("deadline", v, SystemTime::now()))
+        .transpose()?;
     let tenant = caller.tenant_for(req.tenant)?;
     let mut places = state
         .leases()
@@ -65,7 +76,12 @@ pub async fn admit(
     let mut call = Call::new(&req.tool)
         .with_tenant(tenant.as_deref())
         .tokens(req.cost.map_or(0, |c| c.tokens))
-        .cap_wait(wait_cap(&state));
+        .cap_wait(wait_cap(&state))
+        .priority(priority);
+    if let Some(left) = left {
+        let now = state.engine().clock().now();
+        call = call.deadline(urgency::engine_deadline(now, left));
+    }
     if let Some(ms) = req.max_wait_ms {
         call = call.max_wait(Duration::from_millis(ms));
     }

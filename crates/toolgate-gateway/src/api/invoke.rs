@@ -11,7 +11,7 @@
 //! The answer carries `attempts`; a terminal failure's error body carries `reason`,
 //! every attempt and `last_status`. A rejected first admission is the usual 429.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -25,6 +25,7 @@ use crate::bounds;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::upstream::Failure;
+use crate::urgency;
 
 /// The body of an invocation.
 #[derive(Debug, Deserialize)]
@@ -34,6 +35,9 @@ pub struct InvokeRequest {
     idempotency_key: Option<String>,
     tenant: Option<String>,
     max_wait_ms: Option<u64>,
+    priority: Option<String>,
+    /// An RFC 3339 string or Unix milliseconds (see [`crate::urgency`]).
+    deadline: Option<Value>,
 }
 
 /// Runs `tool` with the request's arguments.
@@ -47,6 +51,12 @@ pub async fn invoke(
     bounds::id("tool", &tool, max_id)?;
     bounds::opt_id("tenant", req.tenant.as_deref(), max_id)?;
     bounds::opt_id("idempotency_key", req.idempotency_key.as_deref(), max_id)?;
+    let priority = urgency::priority("priority", req.priority.as_deref())?;
+    let deadline = req
+        .deadline
+        .as_ref()
+        .map(|v| urgency::deadline("deadline", v, SystemTime::now()))
+        .transpose()?;
     let tenant = caller.tenant_for(req.tenant)?;
     let up = state.live().upstreams.get(&tool).cloned().ok_or_else(|| {
         match state.engine().tool_state(&tool, None) {
@@ -68,7 +78,8 @@ pub async fn invoke(
         tokens: 0,
         max_wait,
         wait_cap: super::admit::wait_cap(&state),
-        deadline: None,
+        priority,
+        deadline,
         permit: None,
     };
     let crate::execute::Ran { run, waited } = crate::execute::run(&state, &up, job).await;

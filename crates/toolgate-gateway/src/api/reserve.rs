@@ -10,7 +10,7 @@
 //! `ttl_ms` is at most `lease_ttl` (or `[gateway] max_reservation_ttl` when that is
 //! larger), and each unit takes a place under the lease caps before admission.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -26,6 +26,7 @@ use crate::extract::JsonBody;
 use crate::leases::NewLease;
 use crate::settings::Limits;
 use crate::state::AppState;
+use crate::urgency;
 
 /// The most leases one reservation may hold.
 pub const MAX_UNITS: u64 = 1000;
@@ -45,6 +46,9 @@ pub struct Step {
     tool: String,
     #[serde(default = "one")]
     count: u64,
+    priority: Option<String>,
+    /// An RFC 3339 string or Unix milliseconds (see [`crate::urgency`]).
+    deadline: Option<serde_json::Value>,
 }
 
 fn one() -> u64 {
@@ -67,12 +71,7 @@ pub async fn reserve(
     let mut places = state
         .leases()
         .places(tenant.as_deref(), units, (&limits).into())?;
-    let calls: Vec<Call<'_>> = req
-        .calls
-        .iter()
-        .flat_map(|s| std::iter::repeat_n(s.tool.as_str(), s.count as usize))
-        .map(|t| Call::new(t).with_tenant(tenant.as_deref()))
-        .collect();
+    let calls = calls(&state, &req.calls, tenant.as_deref())?;
     let permits = match state.engine().admit_all(&calls).await {
         Ok(p) => p,
         Err(r) => return Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
@@ -109,6 +108,32 @@ pub async fn reserve(
         "expires_in_ms": ttl.as_millis(),
     }))
     .into_response())
+}
+
+/// The calls of the plan, each step's `count` times, with its priority and deadline.
+fn calls<'a>(
+    state: &AppState,
+    steps: &'a [Step],
+    tenant: Option<&'a str>,
+) -> Result<Vec<Call<'a>>, ApiError> {
+    let (wall, now) = (SystemTime::now(), state.engine().clock().now());
+    let mut calls = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        let priority = urgency::priority(&format!("calls[{i}].priority"), s.priority.as_deref())?;
+        let field = || format!("calls[{i}].deadline");
+        let deadline = s
+            .deadline
+            .as_ref()
+            .map(|v| urgency::deadline(&field(), v, wall))
+            .transpose()?
+            .map(|left| urgency::engine_deadline(now, left));
+        let call = Call::new(&s.tool)
+            .with_tenant(tenant)
+            .priority(priority)
+            .with_deadline(deadline);
+        calls.extend(std::iter::repeat_n(call, s.count as usize));
+    }
+    Ok(calls)
 }
 
 /// Checks the plan; returns its number of units.

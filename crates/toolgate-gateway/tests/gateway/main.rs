@@ -18,6 +18,7 @@ mod circuit;
 mod cli;
 mod connections;
 mod dashboard;
+mod deadline;
 mod fuzz;
 mod http_errors;
 mod invoke;

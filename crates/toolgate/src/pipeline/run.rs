@@ -73,6 +73,11 @@ impl<'r, 'k> Run<'r, 'k> {
             .deadline
             .or(settings.as_ref().map(|s| s.config.deadline))
             .map(|d| start.saturating_add(nanos(d)));
+        // The call's own deadline (`Call::deadline`) bounds the run too.
+        let deadline_at = match (deadline_at, call.deadline_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Self {
             live,
             call,

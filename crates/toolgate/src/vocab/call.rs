@@ -1,7 +1,12 @@
 //! What a caller asks for: the admission of one tool call ([`Call`]), with its cost
-//! and its own bounds on how long it may wait.
+//! and its own bounds on how long it may wait: a `max_wait`, a cap, and a deadline by
+//! which it must have finished ([`Call::deadline`]).
 
 use std::time::Duration;
+
+use crate::clock::Nanos;
+
+use super::priority::Priority;
 
 /// A request for admission of one tool call.
 ///
@@ -25,17 +30,19 @@ pub struct Call<'a> {
     pub(crate) tokens: u64,
     pub(crate) count: u64,
     pub(crate) waits: Waits,
+    pub(crate) priority: Priority,
 }
 
 /// A call's own bounds on its wait, each stored as nanoseconds plus one (`0`: not
-/// set): its `max_wait` (overriding the tool's) and its cap. Two words where two
-/// `Option<Duration>`s would take four, so that a `Call` stays as small (and as cheap
-/// to build, zeros for "not set") as before the cap: the fast path reads it on every
-/// decision.
+/// set): its `max_wait` (overriding the tool's), its cap and its deadline (a time on
+/// the engine's clock). Three words where three `Option`s would take six, so that a
+/// `Call` stays small (and cheap to build, zeros for "not set"): the fast path reads
+/// it on every decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Waits {
     max: u64,
     cap: u64,
+    deadline: u64,
 }
 
 // === impl Call ===
@@ -51,7 +58,9 @@ impl<'a> Call<'a> {
             waits: Waits {
                 max: Waits::NONE,
                 cap: Waits::NONE,
+                deadline: Waits::NONE,
             },
+            priority: Priority::Default,
         }
     }
 
@@ -94,6 +103,56 @@ impl<'a> Call<'a> {
         self
     }
 
+    /// The time on the engine's clock (`engine.clock().now()`, a [`Nanos`] like every
+    /// time the engine reads) by which the call must have *finished*, not merely
+    /// started: the caller's own deadline, such as `engine.clock().now() + 2 s` for a request
+    /// that times out in two seconds.
+    ///
+    /// With a deadline, the call's wait is bounded by `min(max_wait, deadline − now −
+    /// expected run time)`, the expected run time being the tool's observed p90
+    /// latency (from the completions that reported one; zero before any did). A call
+    /// that would be admitted too late to finish — its deadline already past, or
+    /// less than the expected run time left at its predicted admission — is refused
+    /// at once with `max_wait_exceeded` by the quota `"deadline"`. Like
+    /// [`Call::cap_wait`], a deadline never makes a fail-fast tool wait. Without one
+    /// (the default), nothing of this is asked.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use toolgate::{Call, Engine, ManualClock, Policy};
+    ///
+    /// let clock = ManualClock::new();
+    /// let policy = Policy::from_toml_str("[tools.t]\nrate = \"1/s\"").unwrap();
+    /// let engine = Engine::with_clock(policy, Arc::new(clock.clone()));
+    /// let soon = engine.clock().now() + 2_000_000_000;
+    /// assert!(engine.try_admit(&Call::new("t").deadline(soon)).is_ok());
+    /// clock.advance(Duration::from_secs(3));
+    /// let late = engine.try_admit(&Call::new("t").deadline(soon)).unwrap_err();
+    /// assert_eq!(late.quota(), "deadline");
+    /// ```
+    pub const fn deadline(mut self, at: Nanos) -> Self {
+        self.waits.deadline = at.saturating_add(1);
+        self
+    }
+
+    /// Sets the deadline from an option ([`Call::deadline`]).
+    pub const fn with_deadline(mut self, at: Option<Nanos>) -> Self {
+        self.waits.deadline = match at {
+            Some(at) => at.saturating_add(1),
+            None => Waits::NONE,
+        };
+        self
+    }
+
+    /// The call's priority class (default [`Priority::Default`]). Carried with the
+    /// call and recorded; quotas read it where they reserve a share for higher
+    /// classes.
+    pub const fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// The tool's name.
     pub const fn tool_name(&self) -> &'a str {
         self.tool
@@ -122,6 +181,16 @@ impl<'a> Call<'a> {
     /// The cap on this call's wait, if any ([`Call::cap_wait`]).
     pub const fn wait_cap(&self) -> Option<Duration> {
         Waits::duration(self.waits.cap)
+    }
+
+    /// The call's deadline on the engine's clock, if any ([`Call::deadline`]).
+    pub const fn deadline_at(&self) -> Option<Nanos> {
+        self.waits.deadline.checked_sub(1)
+    }
+
+    /// The call's priority class.
+    pub const fn priority_class(&self) -> Priority {
+        self.priority
     }
 
     /// The longest this call may wait on a tool whose `max_wait` is `tool_max_wait`:

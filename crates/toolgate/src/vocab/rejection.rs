@@ -13,6 +13,9 @@ use super::reason::Reason;
 /// The quota a [`Rejection::store_unavailable`] names.
 const STORE_QUOTA: &str = "store";
 
+/// The quota a [`Rejection::past_deadline`] names.
+const DEADLINE_QUOTA: &str = "deadline";
+
 /// A call that was not admitted, and consumed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
@@ -38,6 +41,19 @@ impl Rejection {
             reason,
             retry_after,
         }
+    }
+
+    /// The rejection of a call to `tool` that would be admitted too late to finish
+    /// by its own deadline ([`crate::Call::deadline`]): the reason is
+    /// `max_wait_exceeded` and the quota `deadline`, with no `retry_after` (the same
+    /// call would be no earlier later). [`Rejection::is_past_deadline`] recognises it.
+    pub fn past_deadline(tool: impl Into<Arc<str>>) -> Self {
+        Self::new(tool, DEADLINE_QUOTA, Reason::MaxWaitExceeded, None)
+    }
+
+    /// Whether this is a [`Rejection::past_deadline`].
+    pub fn is_past_deadline(&self) -> bool {
+        self.reason == Reason::MaxWaitExceeded && *self.quota == *DEADLINE_QUOTA
     }
 
     /// The rejection of a call to `tool` that a shared store (see [`crate::store`])

@@ -6,6 +6,7 @@ mod adaptive;
 mod circuit;
 mod compile;
 mod config;
+mod deadline;
 mod debt;
 mod demo;
 mod pauses;
