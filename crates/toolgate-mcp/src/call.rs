@@ -114,12 +114,7 @@ async fn attempt(
         Ok(p) => p,
         Err(e) => return AttemptResult::transport_error(Failure::Transport(e)),
     };
-    metrics::counter!(
-        "toolgate_mcp_upstream_calls_total",
-        "server" => entry.server.to_string(),
-        "tool" => entry.policy_key.clone(),
-    )
-    .increment(1);
+    entry.upstream_calls.increment(1);
     let call = upstream_call::call(&peer, &entry.server, params, relays, progress);
     match tokio::time::timeout(timeout, call).await {
         Err(_) => AttemptResult::timeout(Failure::Timeout(timeout)),

@@ -24,6 +24,9 @@ pub struct Entry {
     pub tool: Tool,
     /// Where a call's token estimate is in its arguments (`[mcp.servers.S] cost`).
     pub cost: Option<String>,
+    /// `toolgate_mcp_upstream_calls_total{server, tool}`: calls that reached the
+    /// upstream.
+    pub upstream_calls: metrics::Counter,
     /// The compiled `outputSchema`, when the tool declares one.
     output: Option<jsonschema::Validator>,
 }
@@ -188,6 +191,11 @@ fn entry(server: &Arc<str>, tool: &Tool, config: &ServerConfig) -> Result<Entry,
         upstream_name: tool.name.to_string(),
         policy_key: naming::policy_key(server, &tool.name),
         cost: config.cost.get(&*tool.name).cloned(),
+        upstream_calls: metrics::counter!(
+            "toolgate_mcp_upstream_calls_total",
+            "server" => server.to_string(),
+            "tool" => naming::policy_key(server, &tool.name),
+        ),
         tool: exposed_tool,
         output,
     })

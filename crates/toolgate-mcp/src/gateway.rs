@@ -151,10 +151,7 @@ impl ServerHandler for Gateway {
             .ok_or_else(|| {
                 ErrorData::invalid_params(format!("unknown tool {:?}", request.name), None)
             })?;
-        let size = request
-            .arguments
-            .as_ref()
-            .map_or(0, |a| serde_json::to_vec(a).map_or(usize::MAX, |v| v.len()));
+        let size = request.arguments.as_ref().map_or(0, json_size);
         if size > config.max_argument_bytes {
             return Err(ErrorData::invalid_params(
                 format!(
@@ -208,5 +205,24 @@ async fn next_change(changes: &mut watch::Receiver<u64>, seen: &mut u64) -> bool
             *seen = now;
             return true;
         }
+    }
+}
+
+/// The length of `v` as JSON, without building the text.
+fn json_size(v: &rmcp::model::JsonObject) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => c.0,
+        Err(_) => usize::MAX,
     }
 }
