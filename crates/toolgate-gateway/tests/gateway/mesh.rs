@@ -236,7 +236,17 @@ async fn a_gateway_killed_mid_run_loses_no_call_and_repeats_only_calls_in_flight
             .await
             .expect("publish");
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Kill `a` while it runs calls (not at a fixed time: on a loaded machine it may
+    // not have started any by then), a moment after its upstream requests began.
+    crate::support::eventually("gateway a runs calls", Duration::from_secs(15), || async {
+        let mesh: Value = match http.get(format!("{}/v1/mesh", a.base)).send().await {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        };
+        mesh["tools"][0]["in_flight"].as_u64().unwrap_or(0) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let killed_at = Instant::now();
     a.kill();
     for i in 0..n {
