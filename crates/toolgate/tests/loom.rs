@@ -87,6 +87,23 @@ fn a_concurrency_waiter_cancelled_while_being_granted_gives_the_slot_back() {
 #[test]
 fn a_waiter_cancelled_while_another_completes_leaves_exact_accounting() {
     loom::model(|| {
+        roomy(waiter_cancelled_while_another_completes)
+            .join()
+            .unwrap()
+    });
+}
+
+/// A loom thread with room for the wait path's frames (loom's default stack is
+/// 32 KiB, which polling and dropping a waiting admission can outgrow).
+fn roomy<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(f: F) -> thread::JoinHandle<T> {
+    thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(f)
+        .expect("a loom thread")
+}
+
+fn waiter_cancelled_while_another_completes() {
+    {
         let engine =
             engine("[tools.s]\nrate = \"10/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"1s\"");
         let _first = engine.try_admit(&Call::new("s")).unwrap();
@@ -96,8 +113,8 @@ fn a_waiter_cancelled_while_another_completes_leaves_exact_accounting() {
         let mut cx = Context::from_waker(Waker::noop());
         assert!(a.as_mut().poll(&mut cx).is_pending());
         assert!(b.as_mut().poll(&mut cx).is_pending());
-        let t1 = thread::spawn(move || drop(a));
-        let t2 = thread::spawn(move || {
+        let t1 = roomy(move || drop(a));
+        let t2 = roomy(move || {
             let mut cx = Context::from_waker(Waker::noop());
             let r = b.as_mut().poll(&mut cx);
             (r, b)
@@ -112,7 +129,7 @@ fn a_waiter_cancelled_while_another_completes_leaves_exact_accounting() {
             next.retry_after(),
             Some(std::time::Duration::from_millis(100))
         );
-    });
+    }
 }
 #[test]
 fn two_calls_racing_for_the_last_token_of_a_tool_and_its_pool_admit_exactly_one() {
