@@ -2,7 +2,7 @@
 //! and updates after admits; the screenshot is saved under `target/artifacts/`.
 //!
 //! Without a `chromium` binary the test says so and passes, unless
-//! `TOOLGATE_REQUIRE_CHROMIUM=1` (set by `scripts/test.d/40-gateway.sh`, which
+//! `TOOLGATE_REQUIRE_CHROMIUM=1` (set by `scripts/test.d/20-rust-tests.sh`; `15-chromium.sh`
 //! installs Chromium when it is missing).
 
 use std::path::{Path, PathBuf};
@@ -68,7 +68,7 @@ async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
             std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
             "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
         );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/40-gateway.sh installs it");
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
         return;
     };
     let s = start(toolgate_gateway::EXAMPLE_CONFIG).await;
@@ -153,7 +153,7 @@ async fn the_dashboard_shows_the_mesh_lag_and_dead_letters_per_tool() {
             std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
             "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
         );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/40-gateway.sh installs it");
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
         return;
     };
     let nats = toolgate_mesh::testing::NatsServer::start();
