@@ -5,7 +5,7 @@
 # toolgate as a stdio upstream. Installs what it needs, idempotently: the pinned npm
 # package into target/mcp-node (npm ci from the committed package-lock.json, again
 # only when the lock changed), the pip requirements into the shared venv
-# target/py-venv (created as 50-python.sh does when missing).
+# target/py-venv (created by scripts/py-venv when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
@@ -31,19 +31,7 @@ if ! cmp -s "$node_src/package-lock.json" "$node_dir/package-lock.json" \
   (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-pick_python() {
-  for py in "${PYTHON:-}" python3 python3.13 python3.12 python3.11 python3.10; do
-    [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
-    if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-      echo "$py"; return 0
-    fi
-  done
-  echo "45-mcp: no Python >= 3.10 found" >&2
-  return 1
-}
-if [ ! -x "$venv/bin/python" ]; then
-  "$(pick_python)" -m venv "$venv"
-fi
+bash scripts/py-venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   -r crates/toolgate-mcp/tests/requirements.txt
 

@@ -14,20 +14,7 @@ cd "$(dirname "$0")/../.."
 venv="${TOOLGATE_PY_VENV:-target/py-venv}"
 case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
 
-pick_python() {
-  for py in "${PYTHON:-}" python3 python3.13 python3.12 python3.11 python3.10; do
-    [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 || continue
-    if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-      echo "$py"; return 0
-    fi
-  done
-  echo "50-python: no Python >= 3.10 found" >&2
-  return 1
-}
-
-if [ ! -x "$venv/bin/python" ]; then
-  "$(pick_python)" -m venv "$venv"
-fi
+bash scripts/py-venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/toolgate-py/requirements-test.txt
 wheels="$PWD/target/py-wheels"
 rm -f "$wheels"/toolgate-*.whl
