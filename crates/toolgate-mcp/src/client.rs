@@ -10,6 +10,7 @@ use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
 use tokio::sync::watch;
 
+use crate::ordered::Ordered;
 use crate::progress::Relays;
 
 /// The client side of one upstream connection.
@@ -34,6 +35,11 @@ impl UpstreamClient {
             relays,
             tools,
         }
+    }
+
+    /// `transport` to this upstream, counting progress as it arrives.
+    pub(crate) fn watch<T>(&self, transport: T) -> Ordered<T> {
+        Ordered::new(transport, self.server.clone(), self.relays.clone())
     }
 }
 

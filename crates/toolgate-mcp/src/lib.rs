@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod http;
 mod link;
 pub mod naming;
+mod ordered;
 mod progress;
 pub mod rejection;
 pub mod server_config;

@@ -37,6 +37,7 @@ pub(crate) async fn connect(
                 .stderr(Stdio::inherit())
                 .spawn()
                 .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            let transport = handler.watch(transport);
             handler
                 .serve(transport)
                 .await
@@ -59,7 +60,7 @@ pub(crate) async fn connect(
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(custom)
                 .max_concurrent_requests(MAX_POSTS);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport = handler.watch(StreamableHttpClientTransport::from_config(config));
             handler
                 .serve(transport)
                 .await

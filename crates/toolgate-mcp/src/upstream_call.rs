@@ -1,8 +1,10 @@
-//! One `tools/call` sent upstream: its progress relayed while it runs, and a call
+//! One `tools/call` sent upstream: its progress relayed while it runs (all of it before
+//! the answer), and a call
 //! dropped before its answer (cancelled by the client, cut by `call_timeout`)
 //! cancelled upstream with `notifications/cancelled`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -12,6 +14,9 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient, RoleServer};
 
 use crate::progress::Relays;
+
+/// The longest an answer waits for the progress notifications that came before it.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Where a call's progress goes: the client's connection and its token.
 pub(crate) type ProgressTarget = (Peer<RoleServer>, ProgressToken);
@@ -33,7 +38,7 @@ pub(crate) async fn call(
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await?;
-    let _relay = progress.map(|(client, token)| {
+    let relay = progress.map(|(client, token)| {
         relays.open(
             server,
             handle.progress_token.clone(),
@@ -47,6 +52,9 @@ pub(crate) async fn call(
     };
     let answer = handle.await_response().await;
     abandon.id = None;
+    if let Some(relay) = &relay {
+        relay.settle(SETTLE).await;
+    }
     match answer? {
         ServerResult::CallToolResult(r) => Ok(r),
         _ => Err(ServiceError::UnexpectedResponse),
