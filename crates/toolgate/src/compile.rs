@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::config::{join_path, Config, QuotaConfig};
-use crate::vocab::{Call, Mode, Partition, Rate, Reason, Window, DEFAULT_MAX_PARTITIONS};
+use crate::vocab::{Call, Mode, Partition, Rate, Reason, Reserve, Window, DEFAULT_MAX_PARTITIONS};
 
 pub use crate::vocab::CostOf;
 
@@ -70,6 +70,8 @@ pub struct QuotaSpec {
     pub max_partitions: usize,
     /// The pool it belongs to, or `None` for the tool's own table.
     pub pool: Option<Arc<str>>,
+    /// The share of it kept for higher priority classes (its table's `reserve`).
+    pub reserve: Reserve,
 }
 
 /// What a quota limits.
@@ -132,6 +134,7 @@ fn table(prefix: &str, q: &QuotaConfig, mode: Mode, pool: Option<Arc<str>>) -> V
         partition: q.partition,
         max_partitions: q.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS),
         pool: pool.clone(),
+        reserve: q.reserve,
     };
     let rate = q.rate.map(|rate| {
         let limit = match q.window {

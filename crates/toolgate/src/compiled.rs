@@ -18,6 +18,7 @@ use crate::circuit::Breaker;
 use crate::clock::Nanos;
 use crate::compile::{pool_quotas, tool_quotas, Limit, QuotaSpec};
 use crate::config::{join_path, Config, ToolConfig};
+use crate::fair::FairQueue;
 use crate::observe::ToolStats;
 use crate::policy::Policy;
 use crate::quota::{Cell, CostOf, Kind, Quota, QuotaDef, Slot};
@@ -63,6 +64,13 @@ impl Compiled {
             now,
         };
         let config = policy.config();
+        let weights: Arc<std::collections::HashMap<Box<str>, u32>> = Arc::new(
+            config
+                .tenants
+                .iter()
+                .map(|(id, t)| (id.as_str().into(), t.weight))
+                .collect(),
+        );
         // On a shared store, the store keeps every quota; only an adaptive
         // concurrency limit (a per-process limit by nature) stays here.
         let on_store = shared.store.is_some();
@@ -82,7 +90,11 @@ impl Compiled {
                     .into_iter()
                     .map(|s| quotas.build(s))
                     .collect();
-                let tool = compile_tool(name, t, list, shared, old);
+                let mut tool = compile_tool(name, t, list, shared, old);
+                // On a shared store the store orders its waiters.
+                if !on_store {
+                    tool.fair = fair_queue(config, t, &tool.quotas, &weights, shared);
+                }
                 (name.as_str().into(), Arc::new(tool))
             })
             .collect();
@@ -173,6 +185,7 @@ fn compile_tool(
         shared: shared.clone(),
         fast,
         superseded: AtomicBool::new(false),
+        fair: None,
         breaker,
         adaptive,
         circuit_path: format!("{prefix}.circuit").into(),
@@ -182,6 +195,25 @@ fn compile_tool(
             .as_ref()
             .map(|cfg| RetryRuntime::new(cfg, old.and_then(|o| o.retry.as_ref()))),
     }
+}
+
+/// The fair queue of a tool whose own table or a pool sets `fairness`, or one of
+/// whose quotas keeps a reserve (a new one per policy: the calls waiting in the old
+/// one take their turns there).
+fn fair_queue(
+    config: &Config,
+    t: &ToolConfig,
+    quotas: &[Arc<Quota>],
+    weights: &Arc<std::collections::HashMap<Box<str>, u32>>,
+    shared: &Arc<Shared>,
+) -> Option<Arc<FairQueue>> {
+    let pools = t.pools.iter().filter_map(|p| config.pools.get(p));
+    let by_tenant = t.quota.fairness.is_some() || pools.clone().any(|p| p.fairness.is_some());
+    let reserved = quotas.iter().any(|q| q.def.holds());
+    (by_tenant || reserved).then(|| {
+        let clock = shared.clock.clone();
+        Arc::new(FairQueue::new(by_tenant, weights.clone(), clock))
+    })
 }
 
 /// The per-tenant signals of a tool whose own quotas are per tenant: the old
@@ -216,7 +248,9 @@ fn fast_path(quotas: &[Arc<Quota>]) -> Option<Arc<Cell>> {
     let [q] = quotas else {
         return None;
     };
-    match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow) {
+    // A reserve makes the answer depend on the call's class: the plan path decides.
+    let held = q.def.holds();
+    match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow || held) {
         (Slot::Single(cell), Kind::Bucket(_), CostOf::Requests, false) if cell.enable_fast() => {
             Some(cell.clone())
         }
@@ -261,6 +295,7 @@ fn local_quotas(config: &Config, name: &str, shared: bool) -> Vec<QuotaSpec> {
         partition: t.quota.partition.filter(|_| !shared),
         max_partitions: t.quota.max_partitions.unwrap_or(DEFAULT_MAX_PARTITIONS),
         pool: None,
+        reserve: t.quota.reserve,
     };
     list.insert(at, spec);
     list
@@ -281,4 +316,5 @@ fn quota_def(spec: &QuotaSpec) -> QuotaDef {
     };
     def.mode(spec.mode)
         .partitioned(spec.partition.is_some(), spec.max_partitions)
+        .reserved(spec.reserve)
 }

@@ -44,6 +44,9 @@ pub(crate) struct Step<'a> {
     pub(crate) quota: &'a Arc<Quota>,
     pub(crate) cell: CellRef<'a>,
     pub(crate) cost: u64,
+    /// What the call's class may not use of the quota (its reserve for higher
+    /// classes): the call fits only where `cost + hold` would, and is charged `cost`.
+    pub(crate) hold: u64,
     /// The quota's place in the tool's config (own quotas, then pools'): the
     /// deterministic tie-break for which quota a rejection names, and in a tool's
     /// plan its index in the tool's quotas, by which a permit keeps its part.
@@ -179,6 +182,7 @@ pub(crate) fn plan<'q>(
                     quota: q,
                     cell: CellRef::Shared(cell),
                     cost: q.cost(call),
+                    hold: q.def.hold_for(call),
                     rank,
                 });
             }
@@ -205,7 +209,8 @@ pub(crate) fn step<'q>(
 ) -> Result<Step<'q>, NoPlan> {
     let q = &quotas[rank];
     let cost = q.cost(call);
-    if cost > q.def.capacity() {
+    let hold = q.def.hold_for(call);
+    if cost.saturating_add(hold) > q.def.capacity() {
         return Err(NoPlan::TooCostly(rank));
     }
     let cell = match &q.slot {
@@ -223,6 +228,7 @@ pub(crate) fn step<'q>(
         quota: q,
         cell,
         cost,
+        hold,
         rank,
     })
 }
@@ -314,7 +320,7 @@ pub(crate) fn evaluate<'p, S: Borrow<Step<'p>>>(
             continue;
         }
         let rank_of = |i: usize| plan[i].borrow().rank;
-        match g.fit(def, s.cost, now) {
+        match g.fit(def, s.cost.saturating_add(s.hold), now) {
             Fit::At(t) if binds(t, s.rank, v.at, v.binding.map(rank_of), now) => {
                 v.at = t;
                 v.binding = Some(i);

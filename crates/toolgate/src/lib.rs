@@ -99,6 +99,7 @@ mod wait;
 mod tool;
 
 // What the tools share: the clock, the waiters' scheduler, the upstream's signals.
+mod fair;
 mod queue;
 mod shared;
 mod upstream;

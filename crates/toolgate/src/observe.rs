@@ -184,6 +184,14 @@ impl ToolStats {
         std::sync::atomic::fence(Ordering::SeqCst);
         Some(QueueSlot(self.clone()))
     }
+
+    /// Joins the wait queue past its limit: a call that pushed out another, which
+    /// leaves as soon as its task runs.
+    pub(crate) fn enter_queue_anyway(self: &Arc<Self>) -> QueueSlot {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        QueueSlot(self.clone())
+    }
 }
 
 impl Drop for QueueSlot {

@@ -80,7 +80,7 @@ pub(crate) enum Regate {
 impl Pend {
     fn cells(&self) -> impl Iterator<Item = (&Arc<Quota>, &Arc<Cell>)> {
         let (waiter, debt) = match self {
-            Self::Waiter(w) => (Some(w.steps.iter().map(|(q, c, _)| (q, c))), None),
+            Self::Waiter(w) => (Some(w.steps.iter().map(|(q, c, ..)| (q, c))), None),
             Self::Debt { quota, cell, .. } => (None, Some((quota, cell))),
         };
         waiter.into_iter().flatten().chain(debt)
@@ -144,7 +144,7 @@ impl Scheduler {
         let seeds: Vec<_> = w
             .steps
             .iter()
-            .map(|(q, c, _)| (q.clone(), c.clone()))
+            .map(|(q, c, ..)| (q.clone(), c.clone()))
             .collect();
         if !self.replan(clock, &seeds, seq, &[], Some(slot), |_, _, _| {}) {
             // Its time came before it left: it was admitted, and the reservation
@@ -192,7 +192,7 @@ impl Scheduler {
                 Regate::Signals => w.repause(now),
             };
             if w.reserved {
-                seeds.extend(w.steps.iter().map(|(q, c, _)| (q.clone(), c.clone())));
+                seeds.extend(w.steps.iter().map(|(q, c, ..)| (q.clone(), c.clone())));
                 replay.push(seq);
             }
             if let Some(r) = refused {
@@ -339,7 +339,7 @@ impl Scheduler {
             match p {
                 Pend::Waiter(w) => match w.replay(order, guards, now) {
                     Ok(at) => {
-                        for (q, c, cost) in &w.steps {
+                        for (q, c, cost, _) in &w.steps {
                             if let Some(i) = idx(c) {
                                 guards[i].reserve(&q.def, seq, *cost, at);
                             }

@@ -208,11 +208,15 @@ fn merge<'c>(plans: &[Plan<'c>]) -> Vec<Step<'c>> {
             .iter_mut()
             .find(|m| Arc::ptr_eq(m.cell.get(), step.cell.get()))
         {
-            Some(m) => m.cost += step.cost,
+            Some(m) => {
+                m.cost += step.cost;
+                m.hold = m.hold.max(step.hold);
+            }
             None => merged.push(Step {
                 quota: step.quota,
                 cell: CellRef::Owned(step.cell.get().clone()),
                 cost: step.cost,
+                hold: step.hold,
                 rank: merged.len(),
             }),
         }

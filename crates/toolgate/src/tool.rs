@@ -12,6 +12,7 @@ use crate::adaptive::Adaptive;
 use crate::circuit::{Breaker, CircuitState, Gate};
 use crate::clock::Nanos;
 use crate::denial::Denial;
+use crate::fair::FairQueue;
 use crate::held::{Admission, HeldParts};
 use crate::kernel::{self, Decision, NoPlan, Plan, Step};
 use crate::observe::ToolStats;
@@ -41,15 +42,12 @@ pub(crate) struct ToolRuntime {
     /// one pointer nearer.
     pub(crate) signals: Arc<Signals>,
     pub(crate) shared: Arc<Shared>,
-    /// Set when the tool is governed by exactly one unpartitioned, enforced request
-    /// bucket that has the one-word form: admission then takes the lock-free fast
-    /// path (one compare-and-swap).
+    /// One unpartitioned enforced request bucket in one word: the fast path.
     pub(crate) fast: Option<Arc<Cell>>,
-    /// Set by the reload that replaced this runtime: closes the fast path of
-    /// [`crate::ToolHandle`]s still holding it, which then re-resolve the tool
-    /// (checked on the fast path instead of the engine's generation, which lies a
-    /// pointer further away).
+    /// Set by the reload that replaced it: closes its handles' fast path.
     pub(crate) superseded: AtomicBool,
+    /// The order of its waiting calls, when it or a pool sets fairness or a reserve.
+    pub(crate) fair: Option<Arc<FairQueue>>,
     /// The indices of `quotas` in lock order, when none is partitioned (their cells
     /// are then fixed): a call's plan is built in that order without sorting.
     pub(crate) lock_order: Option<Box<[usize]>>,
@@ -116,6 +114,9 @@ impl ToolRuntime {
     ) -> Result<Admission, Denial> {
         if self.stats.latency.too_late(now, call.deadline_at()) {
             return Err(Rejection::past_deadline(self.name.clone()).into());
+        }
+        if let Some(f) = &self.fair {
+            f.gate(&self.name, &self.quotas, call.priority_class(), now)?;
         }
         let pass = self.gates(now, call.tenant)?;
         match self.try_quotas(call, now) {

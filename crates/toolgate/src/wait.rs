@@ -18,6 +18,7 @@ use smallvec::SmallVec;
 
 use crate::clock::{nanos, Nanos};
 use crate::denial::Denial;
+use crate::fair::{Ticket, Turn};
 use crate::held::HeldParts;
 use crate::kernel::{evaluate, lock_all, retired, shadow_pass, Step};
 use crate::observe::QueueSlot;
@@ -29,6 +30,7 @@ use crate::sync::Mutex;
 use crate::tool::ToolRuntime;
 use crate::vocab::{Call, Reason, Rejection, MAX_WAIT_LIMIT};
 use crate::waiter::{acquire, sleep_until_slot, Acquired, Steps, WaitSlot, Waiter};
+use hold::{ConcHold, ProbeHold};
 
 /// A call on the wait path: its tool, and what it asks for beyond its plan.
 pub(crate) struct Waiting<'c> {
@@ -39,6 +41,9 @@ pub(crate) struct Waiting<'c> {
     start: Nanos,
     /// Its place in the tool's queue, counted until it leaves.
     _queued: QueueSlot,
+    /// Its place in the tool's fair queue, if the tool has one: it waits for its
+    /// turn there first.
+    ticket: Option<Ticket>,
 }
 
 /// What a waiting call asks for, beyond its plan.
@@ -88,18 +93,6 @@ struct WaitGuard<'a> {
     armed: bool,
 }
 
-/// A half-open probe slot taken while waiting; given back unless handed to a permit.
-struct ProbeHold<'a> {
-    tool: &'a ToolRuntime,
-    held: bool,
-}
-
-/// Concurrency slots taken while waiting; released unless handed to a permit.
-struct ConcHold<'a> {
-    tool: &'a ToolRuntime,
-    held: HeldParts,
-}
-
 // === impl Want ===
 
 impl Want<'_> {
@@ -145,10 +138,31 @@ impl<'c> Waiting<'c> {
         if first.at > want.deadline {
             return Err(want.too_late(&tool, &want.quota, first.at - start).into());
         }
-        let Some(queued) = tool.stats.enter_queue(tool.queue_limit) else {
-            let retry = first.rejection.retry_after();
-            let r = Rejection::new(tool.name.clone(), want.quota, Reason::QueueFull, retry);
-            return Err(r.into());
+        let retry = first.rejection.retry_after();
+        let full = Rejection::new(
+            tool.name.clone(),
+            want.quota.clone(),
+            Reason::QueueFull,
+            retry,
+        );
+        let queued = match (tool.stats.enter_queue(tool.queue_limit), &tool.fair) {
+            (Some(q), _) => q,
+            // A full fair queue makes room by pushing out the newest call of the
+            // tenant with the most waiting, if it has two more than this one's.
+            (None, Some(f)) if f.push_out(call.tenant, full.clone()) => {
+                tool.stats.enter_queue_anyway()
+            }
+            (None, _) => return Err(full.into()),
+        };
+        let ticket = match &tool.fair {
+            Some(f) => {
+                let (ticket, at) = f.park(&tool.quotas, &call, first.at.max(start), start);
+                if at > want.deadline {
+                    return Err(want.too_late(&tool, &want.quota, at - start).into());
+                }
+                Some(ticket)
+            }
+            None => None,
         };
         Ok(Self {
             tool,
@@ -156,6 +170,7 @@ impl<'c> Waiting<'c> {
             call,
             start,
             _queued: queued,
+            ticket,
         })
     }
 
@@ -164,6 +179,17 @@ impl<'c> Waiting<'c> {
     pub(crate) async fn run(self) -> Result<Permit, Denial> {
         let (call, start) = (&self.call, self.start);
         let (tool, want) = (&self.tool, &self.want);
+        if let Some(t) = &self.ticket {
+            let clock = &*tool.shared.clock;
+            match t.turn(clock, want.deadline).await {
+                Turn::Head => {}
+                Turn::Refused(r) => return Err(r.into()),
+                Turn::TimedOut => {
+                    let waited = clock.now().saturating_sub(start);
+                    return Err(want.too_late(tool, &want.quota, waited).into());
+                }
+            }
+        }
         // A half-open probe slot is held while waiting and given back if the call
         // never runs.
         let mut probe = ProbeHold {
@@ -303,7 +329,7 @@ impl<'c> Waiting<'c> {
         guard.slot.move_to(at);
         let steps: Steps = rate
             .iter()
-            .map(|s| (s.quota.clone(), s.cell.get().clone(), s.cost))
+            .map(|s| (s.quota.clone(), s.cell.get().clone(), s.cost, s.hold))
             .collect();
         let upstream = &tool.upstream;
         let mut w = registered
@@ -459,29 +485,6 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-// === impl ProbeHold ===
-
-impl ProbeHold<'_> {
-    fn disarm(mut self) -> bool {
-        std::mem::replace(&mut self.held, false)
-    }
-}
-
-impl Drop for ProbeHold<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            self.tool.cancel_probe();
-        }
-    }
-}
-
-impl Drop for ConcHold<'_> {
-    fn drop(&mut self) {
-        for h in self.held.drain(..) {
-            h.cell(h.quota(&self.tool.quotas)).lock().release(h.cost);
-        }
-    }
-}
-
+mod hold;
 #[cfg(all(test, not(loom)))]
 mod tests;

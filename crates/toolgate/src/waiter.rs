@@ -19,8 +19,9 @@ use crate::sync::{AtomicU64, Mutex};
 use crate::upstream::Upstream;
 use crate::vocab::Rejection;
 
-/// A waiter's reservations: each quota, its cell and the cost reserved there.
-pub(crate) type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64); 4]>;
+/// A waiter's reservations: each quota, its cell, the cost reserved there and what
+/// its class may not use of the quota (see [`Step::hold`]).
+pub(crate) type Steps = SmallVec<[(Arc<Quota>, Arc<Cell>, u64, u64); 4]>;
 
 /// A waiting call, with what re-gating it needs.
 #[derive(Debug)]
@@ -152,11 +153,11 @@ impl Waiter {
         let tool = self.upstream.clone();
         let mut at = now.max(self.not_before);
         let mut by = &tool.pause_path;
-        for (q, c, cost) in &self.steps {
+        for (q, c, cost, hold) in &self.steps {
             let Ok(i) = order.binary_search(&c.order()) else {
                 continue;
             };
-            if let Fit::At(t) = guards[i].fit(&q.def, *cost, now) {
+            if let Fit::At(t) = guards[i].fit(&q.def, cost.saturating_add(*hold), now) {
                 if t > at {
                     (at, by) = (t, &q.def.path);
                 }
@@ -223,11 +224,11 @@ pub(crate) async fn acquire(
     let waiter = {
         let mut g = cell.lock();
         let now = clock.now();
-        if matches!(g.fit(def, cost, now), Fit::At(_)) {
+        if matches!(g.fit(def, cost.saturating_add(step.hold), now), Fit::At(_)) {
             g.charge(def, cost, now);
             return Acquired::Granted;
         }
-        let w = Arc::new(ConcWaiter::new(cost));
+        let w = Arc::new(ConcWaiter::new(cost, step.hold));
         g.enqueue(w.clone());
         w
     };

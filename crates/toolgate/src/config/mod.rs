@@ -25,13 +25,14 @@
 //!
 //! let err = Config::from_toml_str("[tools.x]\nrate = \"0/s\"\nbrust = 2").unwrap_err();
 //! assert_eq!(err.to_string(), "tools.x.brust: unknown key (expected one of: adaptive, burst, \
-//!     circuit, concurrency, idempotent, max_partitions, max_pause, max_wait, mode, on_limit, \
-//!     partition, pools, queue_limit, rate, retry, tokens, tokens_burst, upstream, window)\n\
+//!     circuit, concurrency, fairness, idempotent, max_partitions, max_pause, max_wait, mode, on_limit, \
+//!     partition, pools, queue_limit, rate, reserve, retry, tokens, tokens_burst, upstream, window)\n\
 //!     tools.x.rate: \"0/s\": the request count must be at least 1");
 //! ```
 
 mod bounds;
 mod error;
+mod fairness;
 mod parse;
 mod resilience;
 mod section;
@@ -40,10 +41,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use crate::vocab::{
-    Mode, OnLimit, Partition, Rate, UnknownTools, Window, DEFAULT_MAX_PARTITIONS,
-    DEFAULT_MAX_PAUSE, MAX_COUNT, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT,
+    Fairness, Mode, OnLimit, Partition, Rate, Reserve, UnknownTools, Window,
+    DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PAUSE, MAX_COUNT, MAX_PAUSE_LIMIT, MAX_WAIT_LIMIT,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use fairness::{TenantConfig, MAX_WEIGHT};
 pub use resilience::{
     AdaptiveAlgorithm, AdaptiveConfig, CircuitConfig, CircuitWindow, OnDegraded, OnStoreError,
     RetryConfig, StoreConfig, UpstreamConfig, MAX_RESPONSE_BYTES,
@@ -65,6 +67,8 @@ pub struct Config {
     pub tools: BTreeMap<String, ToolConfig>,
     /// Where quota state lives (`None`: in memory).
     pub store: Option<StoreConfig>,
+    /// Per-tenant settings (`[tenants.ID]`): the weight of each under fairness.
+    pub tenants: BTreeMap<String, TenantConfig>,
 }
 
 /// The quota keys shared by tools and pools.
@@ -89,6 +93,10 @@ pub struct QuotaConfig {
     pub mode: Option<Mode>,
     /// Live tenant partitions kept at most (default [`DEFAULT_MAX_PARTITIONS`]).
     pub max_partitions: Option<usize>,
+    /// How waiting calls share these quotas across tenants (default: FIFO).
+    pub fairness: Option<Fairness>,
+    /// The share of these quotas kept for higher priority classes.
+    pub reserve: Reserve,
 }
 
 /// A tool's policy.
@@ -218,6 +226,7 @@ impl Config {
         for (name, pool) in &self.pools {
             pool.check(&section::join("pools", name), errors);
         }
+        fairness::check_tenants(&self.tenants, errors);
         for (name, tool) in &self.tools {
             let path = section::join("tools", name);
             if name.is_empty() {
@@ -291,6 +300,18 @@ impl QuotaConfig {
         self
     }
 
+    /// Serves waiters by weighted round robin over tenants.
+    pub fn fair(mut self) -> Self {
+        self.fairness = Some(Fairness::Tenant);
+        self
+    }
+
+    /// Keeps a share of these quotas for higher priority classes.
+    pub fn reserve(mut self, reserve: Reserve) -> Self {
+        self.reserve = reserve;
+        self
+    }
+
     /// Whether any quota is defined.
     pub fn is_empty(&self) -> bool {
         self.rate.is_none() && self.tokens.is_none() && self.concurrency.is_none()
@@ -327,6 +348,7 @@ impl QuotaConfig {
         if self.max_partitions == Some(0) {
             err("max_partitions", "0: must be at least 1".into());
         }
+        fairness::check_quota(self, &mut err);
     }
 }
 

@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::section::{int_in, one_of, FromValue, Section};
 use super::{
-    resilience, Config, ConfigError, Mode, OnLimit, Partition, QuotaConfig, Rate, ToolConfig,
-    UnknownTools, Window, MAX_COUNT,
+    resilience, Config, ConfigError, Fairness, Mode, OnLimit, Partition, QuotaConfig, Rate,
+    ToolConfig, UnknownTools, Window, MAX_COUNT,
 };
 
 /// A tool table before `[defaults]` and built-in defaults are applied.
@@ -73,6 +73,9 @@ pub(super) fn config(value: &Value, errors: &mut Vec<ConfigError>) -> Option<Con
             }
         }
     }
+    if let Some(v) = top.raw("tenants") {
+        config.tenants = super::fairness::tenants(v, top.errors());
+    }
     if let Some(v) = top.raw("store") {
         config.store = Section::open("store", v, top.errors()).and_then(|mut s| {
             let store = resilience::store(&mut s);
@@ -107,6 +110,8 @@ fn quota(s: &mut Section<'_, '_>) -> QuotaConfig {
         max_partitions: s
             .get_with("max_partitions", |v| int_in(v, 1, 1 << 32))
             .and_then(|n| usize::try_from(n).ok()),
+        fairness: s.get_with("fairness", |v| one_of(v, &[("tenant", Fairness::Tenant)])),
+        reserve: super::fairness::reserve(s),
     }
 }
 
@@ -176,6 +181,12 @@ fn finish_tool(raw: RawTool, d: &RawTool) -> ToolConfig {
             partition: q.partition.or(dq.partition),
             mode: q.mode.or(dq.mode),
             max_partitions: q.max_partitions.or(dq.max_partitions),
+            fairness: q.fairness.or(dq.fairness),
+            reserve: if q.reserve.is_empty() {
+                dq.reserve
+            } else {
+                q.reserve
+            },
         },
         pools: raw.pools.or_else(|| d.pools.clone()).unwrap_or_default(),
         on_limit: raw.on_limit.or(d.on_limit).unwrap_or(base.on_limit),

@@ -402,7 +402,7 @@ impl CellState {
             return;
         };
         while let Some(w) = p.conc_waiters.front() {
-            if *in_flight + w.cost > *limit {
+            if *in_flight + w.cost.saturating_add(w.hold) > *limit {
                 break;
             }
             *in_flight += w.cost;

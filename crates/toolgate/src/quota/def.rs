@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use crate::rate::{Gcra, SlidingWindow};
-use crate::vocab::{CostOf, Mode, Rate, Reason, Window, DEFAULT_MAX_PARTITIONS};
+use crate::vocab::{
+    Call, CostOf, Mode, Priority, Rate, Reason, Reserve, Window, DEFAULT_MAX_PARTITIONS,
+};
 
 /// What a quota limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,6 +29,9 @@ pub(crate) struct QuotaDef {
     pub(crate) shadow: bool,
     pub(crate) partitioned: bool,
     pub(crate) max_partitions: usize,
+    /// What each priority class (highest first) may not use of it: the share its
+    /// table's `reserve` keeps for the classes above.
+    pub(crate) hold: [u64; 3],
 }
 
 // === impl QuotaDef ===
@@ -65,7 +70,26 @@ impl QuotaDef {
             shadow: false,
             partitioned: false,
             max_partitions: DEFAULT_MAX_PARTITIONS,
+            hold: [0; 3],
         }
+    }
+
+    /// Keeps the shares of `reserve` for the classes they are for.
+    pub(crate) fn reserved(mut self, reserve: Reserve) -> Self {
+        let cap = self.capacity();
+        self.hold = Priority::ALL.map(|p| reserve.hold(cap, p));
+        self
+    }
+
+    /// Whether some class may not use all of it.
+    pub(crate) fn holds(&self) -> bool {
+        self.hold != [0; 3]
+    }
+
+    /// What `call`'s class may not use of it.
+    #[inline]
+    pub(crate) fn hold_for(&self, call: &Call<'_>) -> u64 {
+        self.hold[call.priority_class() as usize]
     }
 
     pub(crate) fn mode(mut self, mode: Mode) -> Self {
@@ -85,6 +109,16 @@ impl QuotaDef {
             (Kind::Concurrency(_), _) => Reason::ConcurrencyLimited,
             (_, CostOf::Tokens) => Reason::TokensLimited,
             _ => Reason::RateLimited,
+        }
+    }
+
+    /// The average time between admissions of cost 1 the quota allows: `None` for a
+    /// concurrency limit, which has no rate.
+    pub(crate) fn interval(&self) -> Option<u64> {
+        match self.kind {
+            Kind::Bucket(g) => Some(g.interval_ns()),
+            Kind::Sliding(w) => Some((w.period_ns() / w.limit()).max(1)),
+            Kind::Concurrency(_) => None,
         }
     }
 

@@ -109,6 +109,6 @@ impl Quota {
     /// Whether `call`'s cost is within the quota's capacity.
     #[inline]
     pub(crate) fn fits(&self, call: &Call<'_>) -> bool {
-        self.cost(call) <= self.def.capacity()
+        self.cost(call).saturating_add(self.def.hold_for(call)) <= self.def.capacity()
     }
 }

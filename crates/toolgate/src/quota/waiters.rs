@@ -39,6 +39,9 @@ pub(crate) enum Snapshot {
 #[derive(Debug)]
 pub(crate) struct ConcWaiter {
     pub(crate) cost: u64,
+    /// What its class may not use of the limit: it is granted when `cost + hold`
+    /// fits, and takes `cost`.
+    pub(crate) hold: u64,
     pub(crate) granted: AtomicBool,
     pub(crate) waker: Mutex<Option<Waker>>,
 }
@@ -46,9 +49,10 @@ pub(crate) struct ConcWaiter {
 // === impl ConcWaiter ===
 
 impl ConcWaiter {
-    pub(crate) fn new(cost: u64) -> Self {
+    pub(crate) fn new(cost: u64, hold: u64) -> Self {
         Self {
             cost,
+            hold,
             granted: AtomicBool::new(false),
             waker: Mutex::new(None),
         }

@@ -147,6 +147,11 @@ impl Gcra {
         self.burst
     }
 
+    /// The time one token takes to refill, rounded down (at least 1 ns).
+    pub(crate) fn interval_ns(&self) -> u64 {
+        (self.period_ns / self.n).max(1)
+    }
+
     fn scale(&self, t: Nanos) -> u128 {
         u128::from(t) * u128::from(self.n)
     }

@@ -9,6 +9,7 @@ mod config;
 mod deadline;
 mod debt;
 mod demo;
+mod fairness;
 mod pauses;
 mod quotas;
 mod reload;
