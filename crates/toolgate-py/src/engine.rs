@@ -14,6 +14,7 @@ use toolgate::{Call, Clock, Policy};
 use crate::clock::{clock_of, duration, secs, PyManualClock};
 use crate::permit::Permit;
 use crate::rejection::Rejection;
+use crate::urgency;
 use crate::waiting::{AdmitFuture, Step, Waiting};
 
 /// An admission engine with a fixed policy.
@@ -124,6 +125,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Admits `call` now or rejects it now: a `Permit` or a `Rejection`.
+    fn decide_now(&self, py: Python<'_>, call: &Call<'_>) -> PyResult<Py<PyAny>> {
+        let decided = if self.shared {
+            // A round trip to the store, bounded by its timeout, without the GIL.
+            let engine = &self.engine;
+            py.detach(|| crate::store::block_on(engine.admit_now(call)))?
+        } else {
+            self.engine.try_admit(call)
+        };
+        match decided {
+            Ok(p) => self.permit(py, p),
+            Err(r) => Rejection::into_py(py, r),
+        }
+    }
+
     fn permit(&self, py: Python<'_>, p: toolgate::Permit) -> PyResult<Py<PyAny>> {
         Ok(Py::new(py, Permit::new(p, self.clock.clone()))?.into_any())
     }
@@ -156,34 +172,32 @@ impl Engine {
     }
 
     /// Admits the call now or rejects it now; never waits.
-    /// Returns a `Permit` or an `Rejection` (not raised).
-    #[pyo3(signature = (tool, tenant = None, tokens = 0))]
+    /// Returns a `Permit` or an `Rejection` (not raised). `priority` names the
+    /// call's class; `deadline` is the seconds left until it must have finished.
+    #[pyo3(signature = (tool, tenant = None, tokens = 0, *, priority = None, deadline = None))]
     fn try_admit(
         &self,
         py: Python<'_>,
         tool: &str,
         tenant: Option<&str>,
         tokens: u64,
+        priority: Option<&str>,
+        deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
         self.check_process()?;
-        let call = Call::new(tool).with_tenant(tenant).tokens(tokens);
-        let decided = if self.shared {
-            // A round trip to the store, bounded by its timeout, without the GIL.
-            let engine = &self.engine;
-            py.detach(|| crate::store::block_on(engine.admit_now(&call)))?
-        } else {
-            self.engine.try_admit(&call)
-        };
-        match decided {
-            Ok(p) => self.permit(py, p),
-            Err(r) => Rejection::into_py(py, r),
-        }
+        let call = Call::new(tool)
+            .with_tenant(tenant)
+            .tokens(tokens)
+            .priority(urgency::priority(priority)?)
+            .with_deadline(urgency::deadline(deadline, &*self.clock)?);
+        self.decide_now(py, &call)
     }
 
     /// Admits the call, honouring `on_limit = "wait"` (or a given `max_wait`).
     /// Returns a `Permit`, an `Rejection` (not raised), or a `Waiting`
     /// to drive from an event loop.
-    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None))]
+    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None, *, priority = None, deadline = None))]
+    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
     fn admit(
         &self,
         py: Python<'_>,
@@ -191,19 +205,30 @@ impl Engine {
         tenant: Option<&str>,
         tokens: u64,
         max_wait: Option<f64>,
+        priority: Option<&str>,
+        deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
         self.check_process()?;
         let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
+        let priority = urgency::priority(priority)?;
+        let deadline = urgency::deadline(deadline, &*self.clock)?;
         let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
         if !waits && !self.shared {
-            return self.try_admit(py, tool, tenant, tokens);
+            let call = Call::new(tool)
+                .with_tenant(tenant)
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
+            return self.decide_now(py, &call);
         }
         let engine = self.engine.clone();
         let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
         let mut fut: AdmitFuture = Box::pin(async move {
             let mut call = Call::new(&tool)
                 .with_tenant(tenant.as_deref())
-                .tokens(tokens);
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
             if let Some(m) = max_wait {
                 call = call.max_wait(m);
             }

@@ -11,6 +11,7 @@ mod engine;
 mod permit;
 mod rejection;
 mod store;
+mod urgency;
 mod waiting;
 
 use pyo3::prelude::*;
@@ -23,6 +24,10 @@ fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "MAX_WAIT_SECONDS",
         toolgate::config::MAX_WAIT_LIMIT.as_secs_f64(),
+    )?;
+    m.add(
+        "MAX_DEADLINE_SECONDS",
+        urgency::MAX_DEADLINE_AHEAD.as_secs_f64(),
     )?;
     m.add_class::<engine::Engine>()?;
     m.add_class::<permit::Permit>()?;

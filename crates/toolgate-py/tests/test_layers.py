@@ -14,7 +14,7 @@ PACKAGE = Path(toolgate.__file__).parent
 # layer or a higher one; a new module must be placed here.
 LAYERS: list[set[str]] = [
     {"_toolgate"},  # the native engine
-    {"_errors", "_config"},  # the exception; config values and their checks
+    {"_errors", "_config", "_urgency"},  # the exception; config values and their checks; a call's priority and deadline
     {"_permits"},  # what every way of admitting shares: waiting, holding, finishing
     {"_policy", "_gateway"},  # ToolRateLimitPolicy; the gateway's requests and answers
     {"middleware", "langchain", "openai_agents", "testing", "_client", "_async_client", "mesh", "adk"},  # adapters, clients

@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 from support import Upstream, gateway, nats_server, upstream
 
-from toolgate import ClientError, mesh
+from toolgate import ClientError, call_options, mesh
 
 
 def config(up: str) -> str:
@@ -100,6 +100,14 @@ async def test_submit_returns_the_call_id_and_the_result_comes_on_its_subject(nc
     assert b'"outcome":"success"' in msg.data and call_id.encode() in msg.data
 
 
+async def test_the_deadline_of_enclosing_call_options_goes_into_the_envelope(nc: NATS) -> None:
+    before = len(Upstream.seen)
+    with call_options(deadline=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)):
+        late = await mesh.call(nc, "lookup_customer", {"id": 9}, deadline=30.0, timeout=15)
+    assert late.outcome == "deadline_exceeded", late  # the earlier of the two deadlines
+    assert len(Upstream.seen) == before, "a call past its deadline never reaches the upstream"
+
+
 async def test_no_result_in_time_is_a_client_error(nc: NATS) -> None:
     t0 = time.monotonic()
     with pytest.raises(ClientError) as e:
@@ -128,6 +136,7 @@ async def test_without_a_gateway_there_is_no_stream() -> None:
         ({"tokens": -1}, "tokens: -1: must be a whole number"),
         ({"deadline": float("nan")}, "deadline: nan: must be a finite number"),
         ({"deadline": dt.datetime(2030, 1, 1)}, "deadline: a datetime must be timezone-aware"),
+        ({"deadline": 2 * 86_400.0}, "at most 86400 s ahead is accepted"),
         ({"tenant": "x" * 300}, "tenant: 300 bytes"),
     ],
 )

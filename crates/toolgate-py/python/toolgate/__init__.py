@@ -12,7 +12,8 @@ Every admission decision is made by toolgate's Rust engine before the tool runs.
 The policy is Microsoft Agent Framework function middleware, a decorator and an
 async context manager. See ``toolgate.middleware``, ``toolgate.openai_agents``,
 ``toolgate.langchain`` and ``toolgate.testing``. ``Client`` and ``AsyncClient`` talk
-to a running gateway (``toolgate serve``).
+to a running gateway (``toolgate serve``). ``call_options(priority=..., deadline=...)``
+gives a priority class and a deadline to every call made inside it, on every surface.
 """
 
 from ._async_client import AsyncClient, AsyncLease, AsyncReservation
@@ -22,18 +23,21 @@ from ._errors import AdmissionRejected, ClientError
 from ._gateway import Invocation
 from ._permits import rejection_result
 from ._policy import Decision, ToolRateLimitPolicy
-from ._toolgate import Permit, Rejection, __version__
+from ._toolgate import MAX_DEADLINE_SECONDS, Permit, Rejection, __version__
+from ._urgency import CallOptions, call_options
 
 __all__ = [
     "AdmissionRejected",
     "AsyncClient",
     "AsyncLease",
     "AsyncReservation",
+    "CallOptions",
     "Client",
     "ClientError",
     "Decision",
     "Invocation",
     "Lease",
+    "MAX_DEADLINE_SECONDS",
     "MAX_WAIT_SECONDS",
     "Permit",
     "RateLimit",
@@ -42,5 +46,6 @@ __all__ = [
     "ToolRateLimit",
     "ToolRateLimitPolicy",
     "__version__",
+    "call_options",
     "rejection_result",
 ]

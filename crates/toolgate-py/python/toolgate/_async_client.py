@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from ._errors import ClientError
+from ._urgency import Deadline, Priority
 from ._gateway import (
     DEFAULT_TIMEOUT,
     Invocation,
@@ -24,6 +25,7 @@ from ._gateway import (
     complete_request,
     invocation,
     invoke_request,
+    options,
     release_request,
     reserve_request,
     reserved,
@@ -120,12 +122,14 @@ class AsyncClient:
         tokens: int | None = None,
         max_wait: float | None = None,
         idempotency_key: str | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Pending[AsyncLease]:
         """As ``Client.admit``: ``lease = await gate.admit(...)``, or ``async with
         gate.admit(...) as lease:`` which completes it with the outcome and latency.
         Cancelling the awaiting task while the gateway makes the call wait gives its
         place in the queue up."""
-        req = admit_request(self._s, tool, tenant, tokens, max_wait, idempotency_key)
+        req = admit_request(self._s, tool, tenant, tokens, max_wait, idempotency_key, options(priority, deadline))
 
         async def make() -> AsyncLease:
             lease, waited = admitted(await self._send(req))
@@ -139,9 +143,11 @@ class AsyncClient:
         *,
         ttl: float | None = None,
         tenant: str | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Pending[AsyncReservation]:
         """As ``Client.reserve``; ``async with`` gives back the leases not completed."""
-        req = reserve_request(self._s, calls, ttl, tenant)
+        req = reserve_request(self._s, calls, ttl, tenant, options(priority, deadline))
 
         async def make() -> AsyncReservation:
             rid, pairs, expires_in = reserved(await self._send(req))
@@ -158,9 +164,12 @@ class AsyncClient:
         idempotency_key: str | None = None,
         tenant: str | None = None,
         max_wait: float | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Invocation:
         """As ``Client.invoke``."""
-        req = invoke_request(self._s, tool, arguments, idempotency_key, tenant, max_wait)
+        urgency = options(priority, deadline)
+        req = invoke_request(self._s, tool, arguments, idempotency_key, tenant, max_wait, urgency)
         return invocation(await self._send(req))
 
     async def tools(self, *, tenant: str | None = None) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from ._errors import ClientError
+from ._urgency import Deadline, Priority
 from ._gateway import (
     DEFAULT_TIMEOUT,
     Invocation,
@@ -26,6 +27,7 @@ from ._gateway import (
     complete_request,
     invocation,
     invoke_request,
+    options,
     release_request,
     reserve_request,
     reserved,
@@ -47,6 +49,12 @@ class Client:
     (a call's own ``tenant=`` wins). ``timeout`` bounds every request in seconds
     (default 35: a default gateway answers within its 30 s ``request_timeout``); an
     admission or invocation given ``max_wait`` may take that much longer.
+
+    ``admit``, ``reserve`` and ``invoke`` take a call's ``priority``
+    (``"interactive"``, ``"default"``, ``"batch"``) and ``deadline`` (an aware
+    ``datetime`` or seconds from now, sent as Unix milliseconds), defaulting to the
+    enclosing :func:`toolgate.call_options`; the gateway bounds the call's wait by
+    it and refuses at once one that cannot finish in time (``max_wait_exceeded``).
 
     Rejections raise :class:`~toolgate.AdmissionRejected` (the same fields as
     in-process); every other error raises :class:`~toolgate.ClientError` with the
@@ -73,6 +81,8 @@ class Client:
         tokens: int | None = None,
         max_wait: float | None = None,
         idempotency_key: str | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Lease:
         """Admits one call to ``tool`` now (waiting as the tool's policy says, or up
         to ``max_wait`` seconds). Returns its :class:`Lease`, a context manager that
@@ -81,7 +91,7 @@ class Client:
             with client.admit("lookup_customer") as lease:
                 ...
         """
-        req = admit_request(self._s, tool, tenant, tokens, max_wait, idempotency_key)
+        req = admit_request(self._s, tool, tenant, tokens, max_wait, idempotency_key, options(priority, deadline))
         lease, waited = admitted(self._send(req))
         return Lease(self, lease, tool, waited)
 
@@ -91,12 +101,14 @@ class Client:
         *,
         ttl: float | None = None,
         tenant: str | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Reservation:
         """Reserves every call of a plan at once, or none (``{"tool": count}`` or an
         iterable of names or ``(name, count)``); never waits. ``ttl`` (seconds) is
         how long the leases live. The :class:`Reservation` is a context manager that
         gives back, on exit, the leases not completed."""
-        req = reserve_request(self._s, calls, ttl, tenant)
+        req = reserve_request(self._s, calls, ttl, tenant, options(priority, deadline))
         rid, pairs, expires_in = reserved(self._send(req))
         return Reservation(self, rid, [Lease(self, lease, tool, 0.0) for tool, lease in pairs], expires_in)
 
@@ -108,10 +120,13 @@ class Client:
         idempotency_key: str | None = None,
         tenant: str | None = None,
         max_wait: float | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Invocation:
         """Lets the gateway run ``tool`` against its configured upstream (admission,
         circuit breaker, retries, schema checks)."""
-        return invocation(self._send(invoke_request(self._s, tool, arguments, idempotency_key, tenant, max_wait)))
+        urgency = options(priority, deadline)
+        return invocation(self._send(invoke_request(self._s, tool, arguments, idempotency_key, tenant, max_wait, urgency)))
 
     def tools(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
         """The live state of every tool with a policy."""

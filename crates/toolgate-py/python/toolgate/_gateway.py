@@ -18,6 +18,7 @@ import httpx
 
 from ._errors import AdmissionRejected, ClientError
 from ._permits import upstream_retry_after
+from ._urgency import CallOptions, options
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -25,6 +26,7 @@ __all__ = [
     "Request",
     "Settings",
     "admit_request",
+    "options",
     "admitted",
     "answer",
     "complete_request",
@@ -110,12 +112,14 @@ def admit_request(
     tokens: int | None,
     max_wait: float | None,
     idempotency_key: str | None,
+    urgency: CallOptions,
 ) -> Request:
     body: dict[str, Any] = {"tool": _id("tool", tool)}
     _put_tenant(body, s, tenant)
     if tokens is not None:
         body["cost"] = {"tokens": _count("tokens", tokens, MAX_TOKENS, least=0)}
     extra = _put_wait(body, max_wait)
+    _put_urgency(body, urgency)
     if idempotency_key is not None:
         body["idempotency_key"] = _id("idempotency_key", idempotency_key)
     return Request("POST", "/v1/admit", body, extra_time=extra)
@@ -148,12 +152,14 @@ def reserve_request(
     calls: Mapping[str, int] | Iterable[str | tuple[str, int]],
     ttl: float | None,
     tenant: str | None,
+    urgency: CallOptions,
 ) -> Request:
     items = calls.items() if isinstance(calls, Mapping) else calls
     plan: list[dict[str, Any]] = []
     for item in items:
         tool, count = (item, 1) if isinstance(item, str) else item
         plan.append({"tool": _id("calls[].tool", tool), "count": _count("calls[].count", count, MAX_UNITS)})
+        _put_urgency(plan[-1], urgency)
     if not plan:
         raise ValueError("calls: must name at least one tool")
     body: dict[str, Any] = {"calls": plan}
@@ -174,6 +180,7 @@ def invoke_request(
     idempotency_key: str | None,
     tenant: str | None,
     max_wait: float | None,
+    urgency: CallOptions,
 ) -> Request:
     if arguments is not None and not isinstance(arguments, Mapping):
         raise ValueError(f"arguments: {type(arguments).__name__}: must be a mapping (a JSON object)")
@@ -182,6 +189,7 @@ def invoke_request(
         body["idempotency_key"] = _id("idempotency_key", idempotency_key)
     _put_tenant(body, s, tenant)
     extra = _put_wait(body, max_wait)
+    _put_urgency(body, urgency)
     return Request("POST", f"/v1/tools/{_segment(_id('tool', tool), keep='/:')}/invoke", body, extra_time=extra)
 
 
@@ -278,6 +286,15 @@ def _put_wait(body: dict[str, Any], max_wait: float | None) -> float:
     seconds = _seconds("max_wait", max_wait, MAX_TIMEOUT)
     body["max_wait_ms"] = math.ceil(seconds * 1000)
     return seconds
+
+
+def _put_urgency(body: dict[str, Any], urgency: CallOptions) -> None:
+    """The call's ``priority`` and its ``deadline`` as Unix milliseconds."""
+    if urgency.priority is not None:
+        body["priority"] = urgency.priority
+    ms = urgency.unix_ms()
+    if ms is not None:
+        body["deadline"] = ms
 
 
 def _tenant_query(s: Settings, tenant: str | None) -> dict[str, str]:

@@ -23,6 +23,7 @@ from ._config import RateLimit, ToolRateLimit, config_json, limits_config, read_
 from ._errors import AdmissionRejected
 from ._permits import Guard, hold, rejection_result, wait
 from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
+from ._urgency import Deadline, Priority, check_priority, current, options, options_of
 
 if TYPE_CHECKING:
     from agent_framework import FunctionInvocationContext
@@ -52,6 +53,8 @@ class Decision:
     quota: str | None = None
     retry_after: float | None = None
     tenant: str | None = None
+    #: The call's priority class, when it said one.
+    priority: str | None = None
 
 
 class ToolRateLimitPolicy:
@@ -161,50 +164,106 @@ class ToolRateLimitPolicy:
         are untouched unless ``unknown_tools = "deny"``)."""
         return tool in self._tools or self._deny_unknown
 
-    def try_admit(self, tool: str, *, tenant: str | None = None, tokens: int = 0) -> Permit | Rejection:
-        """Admits now or rejects now, never waits. Returns the value, raises nothing."""
-        r = self._engine.try_admit(tool, tenant, tokens)
+    def try_admit(
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int = 0,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
+    ) -> Permit | Rejection:
+        """Admits now or rejects now, never waits. Returns the value, raises nothing
+        for a rejection (``ValueError`` for an invalid ``priority`` or ``deadline``,
+        see :func:`toolgate.call_options`)."""
+        o = options(priority, deadline)
+        r = self._engine.try_admit(tool, tenant, tokens, priority=o.priority, deadline=o.seconds_left())
         if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(r, Permit) else logging.INFO):
-            self._report(tool, r, tenant)
+            self._report(tool, r, tenant, o.priority)
         return r
 
     async def decide(
-        self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int = 0,
+        max_wait: float | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Permit | Rejection:
         """Admits the call, waiting in FIFO order when the tool's ``on_limit`` is
         ``"wait"`` (or ``max_wait`` is given). Returns a ``Permit`` or a
         ``Rejection``; raises nothing for a rejection.
 
+        ``priority`` (``"interactive"``, ``"default"``, ``"batch"``) is the call's
+        class; ``deadline`` (an aware ``datetime`` or seconds from now) is when it
+        must have finished: its wait is bounded by ``min(max_wait, deadline − now −
+        the tool's p90 latency)``, and a call that cannot start in time is refused
+        at once (``max_wait_exceeded``, quota ``deadline``). Both default to the
+        enclosing :func:`toolgate.call_options`; invalid ones raise ``ValueError``.
+
         Cancel safety: cancelling the awaiting task while it waits leaves the
         accounting exactly as if the call had never come.
         """
-        r = self._engine.admit(tool, tenant, tokens, max_wait)
+        o = options(priority, deadline)
+        r = self._engine.admit(tool, tenant, tokens, max_wait, priority=o.priority, deadline=o.seconds_left())
         decided = await wait(r) if isinstance(r, Waiting) else r
         if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
-            self._report(tool, decided, tenant)
+            self._report(tool, decided, tenant, o.priority)
         return decided
 
     async def admit(
-        self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int = 0,
+        max_wait: float | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Permit:
         """As :meth:`decide`, but raises :class:`AdmissionRejected` when rejected."""
-        r = await self.decide(tool, tenant=tenant, tokens=tokens, max_wait=max_wait)
+        r = await self.decide(
+            tool, tenant=tenant, tokens=tokens, max_wait=max_wait, priority=priority, deadline=deadline
+        )
         if isinstance(r, Rejection):
             raise AdmissionRejected.from_rejection(r)
         return r
 
     def guard(
-        self, tool: str, *, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int = 0,
+        max_wait: float | None = None,
+        priority: Priority | None = None,
+        deadline: Deadline | None = None,
     ) -> Guard:
-        """An async context manager admitting one call to ``tool``."""
-        return Guard(lambda: self.admit(tool, tenant=tenant, tokens=tokens, max_wait=max_wait))
+        """An async context manager admitting one call to ``tool`` (``priority`` and
+        ``deadline`` as in :meth:`decide`; a deadline in seconds counts from here)."""
+        o = options(priority, deadline)
+        return Guard(
+            lambda: self.admit(
+                tool, tenant=tenant, tokens=tokens, max_wait=max_wait, priority=o.priority, deadline=o.seconds_left()
+            )
+        )
 
     def limit(
-        self, tool: str | None = None, *, tenant: str | None = None, tokens: int = 0
+        self,
+        tool: str | None = None,
+        *,
+        tenant: str | None = None,
+        tokens: int = 0,
+        priority: Priority | None = None,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """A decorator admitting each call of an async callable as ``tool``
         (default: the function's ``__name__``); a rejected call raises
-        :class:`AdmissionRejected` and the function does not run."""
+        :class:`AdmissionRejected` and the function does not run. ``priority`` is
+        the class of its calls unless an enclosing :func:`toolgate.call_options`
+        says another; a call's deadline comes from there too."""
+        check_priority(priority)
 
         def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
             name = tool or getattr(fn, "__name__", None)
@@ -215,7 +274,7 @@ class ToolRateLimitPolicy:
             async def admitted(*args: P.args, **kwargs: P.kwargs) -> T:
                 if not self.governs(name):
                     return await fn(*args, **kwargs)
-                permit = await self.admit(name, tenant=tenant, tokens=tokens)
+                permit = await self.admit(name, tenant=tenant, tokens=tokens, priority=current().priority or priority)
                 return await hold(permit, lambda: fn(*args, **kwargs))
 
             return admitted
@@ -230,10 +289,12 @@ class ToolRateLimitPolicy:
         rate_limit: ToolRateLimit | None = None,
         tenant: str | None = None,
         tokens: int = 0,
+        priority: Priority | None = None,
     ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
         """A decorator admitting each call of an async callable as the tool ``name``
         under this policy's limit for it; a rejected call raises
-        :class:`AdmissionRejected` and the function does not run.
+        :class:`AdmissionRejected` and the function does not run. ``priority`` and
+        the calls' deadlines: as for :meth:`limit`.
 
         ``max_calls_per_minute=N`` (``ToolRateLimit(rpm=N)``) or
         ``rate_limit=ToolRateLimit(...)`` also puts that limit into the policy when
@@ -250,7 +311,7 @@ class ToolRateLimitPolicy:
         if rate_limit is not None and not isinstance(rate_limit, ToolRateLimit):
             raise TypeError(f"rate_limit: {rate_limit!r}: must be a ToolRateLimit")
         table = json.dumps(rate_limit.to_config()) if rate_limit is not None else None
-        limit = self.limit(name, tenant=tenant, tokens=tokens)
+        limit = self.limit(name, tenant=tenant, tokens=tokens, priority=priority)
 
         def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
             nonlocal table
@@ -281,7 +342,9 @@ class ToolRateLimitPolicy:
             return
         tenant = self.tenant_of(context) if self.tenant_of is not None else None
         try:
-            decision = await self.decide(name, tenant=tenant)
+            # An earlier middleware's metadata, then the run's function_invocation_kwargs.
+            o = options_of(getattr(context, "metadata", None), getattr(context, "kwargs", None))
+            decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
@@ -306,18 +369,26 @@ class ToolRateLimitPolicy:
 
     # --- observability ---
 
-    def _report(self, tool: str, r: Permit | Rejection, tenant: str | None) -> None:
+    def _report(self, tool: str, r: Permit | Rejection, tenant: str | None, priority: str | None) -> None:
         hook = self.on_decision
         if isinstance(r, Permit):
             waited = r.waited
-            d = Decision(tool, True, waited=waited, tenant=tenant)
+            d = Decision(tool, True, waited=waited, tenant=tenant, priority=priority)
             if waited:
                 log.debug("toolgate: %s admitted after waiting %.3fs", tool, waited)
             else:
                 log.debug("toolgate: %s admitted", tool)
         else:
             rej = r
-            d = Decision(tool, False, reason=rej.reason, quota=rej.quota, retry_after=rej.retry_after, tenant=tenant)
+            d = Decision(
+                tool,
+                False,
+                reason=rej.reason,
+                quota=rej.quota,
+                retry_after=rej.retry_after,
+                tenant=tenant,
+                priority=priority,
+            )
             log.info(
                 "toolgate: %s rejected: %s by %s (retry_after=%s)", tool, rej.reason, rej.quota, rej.retry_after
             )

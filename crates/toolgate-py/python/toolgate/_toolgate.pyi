@@ -3,11 +3,13 @@
 from collections.abc import Callable
 from typing import Any, final
 
-__all__ = ["__version__", "MAX_WAIT_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
+__all__ = ["__version__", "MAX_WAIT_SECONDS", "MAX_DEADLINE_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
 
 __version__: str
 MAX_WAIT_SECONDS: float
 """The longest wait the engine allows a call (``max_wait``), in seconds: one hour."""
+MAX_DEADLINE_SECONDS: float
+"""How far ahead a call's ``deadline`` may lie, in seconds: one day (as on the gateway)."""
 
 @final
 class ManualClock:
@@ -99,10 +101,30 @@ class Engine:
         """Raises ``ValueError`` naming each invalid field (or an unusable store)."""
     @staticmethod
     def from_json(text: str, *, clock: ManualClock | None = None) -> Engine: ...
-    def try_admit(self, tool: str, tenant: str | None = None, tokens: int = 0) -> Permit | Rejection: ...
+    def try_admit(
+        self,
+        tool: str,
+        tenant: str | None = None,
+        tokens: int = 0,
+        *,
+        priority: str | None = None,
+        deadline: float | None = None,
+    ) -> Permit | Rejection:
+        """``priority``: ``"interactive"``, ``"default"`` or ``"batch"``; ``deadline``:
+        seconds left until the call must have finished (0: already past, refused at
+        once), at most ``MAX_DEADLINE_SECONDS``. ``ValueError`` names either when
+        invalid."""
     def admit(
-        self, tool: str, tenant: str | None = None, tokens: int = 0, max_wait: float | None = None
-    ) -> Permit | Rejection | Waiting: ...
+        self,
+        tool: str,
+        tenant: str | None = None,
+        tokens: int = 0,
+        max_wait: float | None = None,
+        *,
+        priority: str | None = None,
+        deadline: float | None = None,
+    ) -> Permit | Rejection | Waiting:
+        """As ``try_admit``, honouring wait mode (or ``max_wait``)."""
     def tools(self) -> list[str]: ...
     def declare(self, tool: str, table: str) -> None:
         """Adds ``tool`` with ``table`` (a JSON tool table) to the policy in force;

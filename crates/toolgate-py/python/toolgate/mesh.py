@@ -32,6 +32,7 @@ from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
 from ._errors import ClientError
+from ._urgency import options
 
 __all__ = ["MeshResult", "call", "call_subject", "encode", "result_subject", "submit"]
 
@@ -97,7 +98,9 @@ async def submit(
 ) -> str:
     """Publishes one call on the connected ``nc`` and returns its ``call_id`` (a
     random one unless given). ``deadline`` is an aware ``datetime`` or seconds from
-    now; ``tokens`` the call's declared token cost. Raises ``ValueError`` for a value
+    now, at most a day ahead (default: the enclosing :func:`toolgate.call_options`'
+    deadline; of the two the earliest); ``tokens`` the call's declared token cost.
+    The envelope carries no priority (contract §7). Raises ``ValueError`` for a value
     the mesh would refuse, and :class:`~toolgate.ClientError` when JetStream does not
     store the call (``no_stream`` when no gateway created the calls stream yet)."""
     cid = call_id if call_id is not None else uuid.uuid4().hex
@@ -177,8 +180,9 @@ def _envelope(
     for key, value in (("tenant", tenant), ("idempotency_key", idempotency_key), ("reply_to", reply_to)):
         if value is not None:
             env[key] = _id(key, value, 256)
-    if deadline is not None:
-        env["deadline"] = _deadline(deadline)
+    at = options(None, deadline).deadline
+    if at is not None:
+        env["deadline"] = _rfc3339(at)
     if tokens is not None:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= MAX_TOKENS:
             raise ValueError(f"tokens: {tokens!r}: must be a whole number from 0 to {MAX_TOKENS}")
@@ -186,14 +190,9 @@ def _envelope(
     return env
 
 
-def _deadline(deadline: float | dt.datetime) -> str:
-    if isinstance(deadline, dt.datetime):
-        if deadline.tzinfo is None:
-            raise ValueError("deadline: a datetime must be timezone-aware")
-        at = deadline
-    else:
-        at = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=_seconds("deadline", deadline))
-    return at.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _rfc3339(unix: float) -> str:
+    at = dt.datetime.fromtimestamp(unix, dt.timezone.utc)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _result(data: bytes) -> MeshResult:
