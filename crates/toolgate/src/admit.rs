@@ -146,8 +146,13 @@ async fn in_store(
         None => *call,
     };
     match store.admit(call, waits).await {
-        Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease)),
-        Ok(lease) => regate_stored(live, tool, &call, local.with_lease(lease)),
+        Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease, call.priority_class())),
+        Ok(lease) => regate_stored(
+            live,
+            tool,
+            &call,
+            local.with_lease(lease, call.priority_class()),
+        ),
         Err(r) => {
             // Nothing ran: the local parts (a probe slot, an adaptive
             // concurrency slot) go back as if the call never came.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::latency::Latencies;
-use crate::vocab::{Reason, Rejection};
+use crate::vocab::{Priority, Reason, Rejection};
 
 /// Live counters of one tool, kept across policy reloads.
 #[derive(Debug)]
@@ -35,7 +35,8 @@ struct ToolMetrics {
     admitted: Counter,
     rejected: [Counter; 8],
     shadow_rejected: [Counter; 8],
-    wait: Histogram,
+    /// Per priority class, highest first.
+    wait: [Histogram; 3],
     in_flight: Gauge,
     /// Seconds the tool was paused by its upstream (`Retry-After`, nothing left).
     paused: Counter,
@@ -61,7 +62,10 @@ impl ToolStats {
                 "tool" => label.clone(), "decision" => "admitted", "reason" => "none"),
             rejected: by_reason("rejected"),
             shadow_rejected: by_reason("shadow_rejected"),
-            wait: metrics::histogram!("toolgate_wait_seconds", "tool" => label.clone()),
+            wait: Priority::ALL.map(|p| {
+                metrics::histogram!("toolgate_wait_seconds",
+                    "tool" => label.clone(), "priority" => p.as_str())
+            }),
             in_flight: metrics::gauge!("toolgate_in_flight", "tool" => label.clone()),
             paused: metrics::counter!("toolgate_server_paused_seconds_total", "tool" => label),
         };
@@ -79,12 +83,12 @@ impl ToolStats {
     /// Counts an admission. Inlined into the fast path, where `waited` is zero and
     /// the histogram drops out.
     #[inline(always)]
-    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
+    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>, p: Priority) {
         self.calls.admit();
         self.metrics.admitted.increment(1);
         self.metrics.in_flight.increment(1.0);
         if !waited.is_zero() {
-            self.metrics.wait.record(waited.as_secs_f64());
+            self.metrics.wait[p as usize].record(waited.as_secs_f64());
         }
         if tracing::enabled!(target: "toolgate::decision", tracing::Level::DEBUG) {
             self.trace_admit(waited, tenant);

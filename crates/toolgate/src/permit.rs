@@ -9,7 +9,7 @@ use crate::held::{Admission, HeldParts};
 use crate::quota::{CostOf, Kind};
 use crate::store::StoreLease;
 use crate::tool::ToolRuntime;
-use crate::vocab::Completion;
+use crate::vocab::{Completion, Priority};
 
 /// Proof that a call was admitted.
 ///
@@ -98,14 +98,14 @@ impl Permit {
     }
 
     /// Adds what a shared store keeps for the call; the call is now admitted.
-    pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>) -> Self {
+    pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>, p: Priority) -> Self {
         let extra = self.extra.get_or_insert_with(Box::default);
         extra.waited = extra
             .waited
             .saturating_add(crate::clock::nanos(lease.waited()));
         extra.lease = Some(lease);
         if let Some(tool) = &self.tool {
-            tool.stats.on_admit(self.waited(), None);
+            tool.stats.on_admit(self.waited(), None, p);
         }
         self
     }

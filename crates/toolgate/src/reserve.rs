@@ -82,8 +82,9 @@ pub(crate) async fn admit_all(live: &Live, calls: &[Call<'_>]) -> Result<Vec<Per
             let mut leases = leases.into_iter();
             Ok(local
                 .into_iter()
-                .map(|p| match p.tool().map(|_| leases.next()) {
-                    Some(Some(lease)) => p.with_lease(lease),
+                .zip(calls)
+                .map(|(p, c)| match p.tool().map(|_| leases.next()) {
+                    Some(Some(lease)) => p.with_lease(lease, c.priority_class()),
                     _ => p,
                 })
                 .collect())
@@ -290,7 +291,7 @@ impl<'c> Planned<'c> {
                     );
                 }
             }
-            tool.on_admit(Duration::ZERO, call.tenant);
+            tool.on_admit(Duration::ZERO, call);
             let mut permit = Permit::new(Some((*tool).clone()), held, now, Duration::ZERO);
             permit.set_tenant(tool.upstream.tenant_key(call.tenant));
             permits.push(permit);

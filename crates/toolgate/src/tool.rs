@@ -101,7 +101,8 @@ impl ToolRuntime {
         {
             return false;
         }
-        self.stats.on_admit(Duration::ZERO, call.tenant);
+        self.stats
+            .on_admit(Duration::ZERO, call.tenant, call.priority_class());
         true
     }
 
@@ -140,7 +141,7 @@ impl ToolRuntime {
             .fast_bucket()
             .filter(|_| call.deadline_at().is_some() || !self.ungated(now));
         if bucket.is_some_and(|b| b.try_charge(call.count, now)) {
-            self.on_admit(Duration::ZERO, call.tenant);
+            self.on_admit(Duration::ZERO, call);
             return Ok(Admission::immediate(now));
         }
         let held = if self.quotas.len() == 1 {
@@ -159,7 +160,7 @@ impl ToolRuntime {
             let mut guards = kernel::lock_all(&plan);
             self.decide(&plan, &mut guards, call.tenant, now)?
         };
-        self.on_admit(Duration::ZERO, call.tenant);
+        self.on_admit(Duration::ZERO, call);
         Ok(Admission::new(held, now))
     }
 
@@ -255,9 +256,10 @@ impl ToolRuntime {
     /// Counts an admission, unless a shared store still has to decide (the engine
     /// counts it when the store has said yes).
     #[inline]
-    pub(crate) fn on_admit(&self, waited: Duration, tenant: Option<&str>) {
+    pub(crate) fn on_admit(&self, waited: Duration, call: &Call<'_>) {
         if self.shared.store.is_none() {
-            self.stats.on_admit(waited, tenant);
+            self.stats
+                .on_admit(waited, call.tenant, call.priority_class());
         }
     }
 

@@ -225,7 +225,7 @@ impl<'c> Waiting<'c> {
             }
         }
         let waited = Duration::from_nanos(admitted_at.saturating_sub(start));
-        tool.on_admit(waited, call.tenant);
+        tool.on_admit(waited, call);
         let mut permit = Permit::new(Some(tool.clone()), held, admitted_at, waited);
         permit.set_probe(probe.disarm());
         permit.set_tenant(want.key);

@@ -40,6 +40,17 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     };
     drop(waiter);
     waited.complete(Completion::success());
+    // An interactive call that waits 100 ms is counted under its own class.
+    let urgent = Call::new("search").priority(toolgate::Priority::Interactive);
+    assert!(
+        engine.try_admit(&Call::new("search")).is_err(),
+        "the waiter took it"
+    );
+    let mut waiter = task::spawn(engine.admit(&urgent));
+    assert!(waiter.poll().is_pending());
+    clock.advance(Duration::from_millis(200));
+    assert!(matches!(waiter.poll(), std::task::Poll::Ready(Ok(_))));
+    drop(waiter);
     engine
         .try_admit(&Call::new("p"))
         .expect("admitted")
@@ -87,7 +98,8 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     };
     assert_eq!(count("lookup", "admitted", "none"), 1);
     assert_eq!(count("lookup", "rejected", "rate_limited"), 1);
-    assert_eq!(count("search", "admitted", "none"), 2);
+    assert_eq!(count("search", "admitted", "none"), 3);
+    assert_eq!(count("search", "rejected", "rate_limited"), 1);
     assert!(matches!(
         find(MetricKind::Gauge, "toolgate_in_flight", &[("tool", "lookup")]),
         Some(DebugValue::Gauge(g)) if g.0 == 1.0
@@ -95,13 +107,24 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
     match find(
         MetricKind::Histogram,
         "toolgate_wait_seconds",
-        &[("tool", "search")],
+        &[("tool", "search"), ("priority", "default")],
     ) {
         Some(DebugValue::Histogram(v)) => {
             assert_eq!(v.len(), 1);
             assert!((v[0].0 - 0.1).abs() < 1e-9);
         }
         other => panic!("wait histogram: {other:?}"),
+    }
+    match find(
+        MetricKind::Histogram,
+        "toolgate_wait_seconds",
+        &[("tool", "search"), ("priority", "interactive")],
+    ) {
+        Some(DebugValue::Histogram(v)) => {
+            assert_eq!(v.len(), 1);
+            assert!((v[0].0 - 0.1).abs() < 1e-9, "{v:?}");
+        }
+        other => panic!("interactive wait histogram: {other:?}"),
     }
     assert!(matches!(
         find(MetricKind::Gauge, "toolgate_circuit_state", &[("tool", "p")]),
@@ -131,11 +154,12 @@ fn decisions_are_counted_with_tool_decision_and_reason_labels() {
         ),
         Some(DebugValue::Counter(3))
     ));
-    // Tenants are not metric labels (unbounded cardinality), and nothing else is.
+    // Tenants are not metric labels (unbounded cardinality), and nothing else is
+    // (the three priority classes are).
     for (key, _, _, _) in &snapshot {
         for label in key.key().labels() {
             assert!(
-                ["tool", "decision", "reason", "from", "to"].contains(&label.key()),
+                ["tool", "decision", "reason", "from", "to", "priority"].contains(&label.key()),
                 "unexpected label {label:?}"
             );
         }
