@@ -22,7 +22,7 @@ use crate::retry::RetryRuntime;
 use crate::shared::Shared;
 use crate::signals::{Claim, Signals};
 use crate::upstream::Upstream;
-use crate::vocab::{Call, Completion, OnLimit, Reason, Rejection};
+use crate::vocab::{Call, Completion, OnLimit, Priority, Reason, Rejection};
 
 /// A tool as the engine runs it.
 #[derive(Debug)]
@@ -102,7 +102,7 @@ impl ToolRuntime {
             return false;
         }
         self.stats
-            .on_admit(Duration::ZERO, call.tenant, call.priority_class());
+            .on_admit(Duration::ZERO, call.tenant, Priority::Default);
         true
     }
 
@@ -253,8 +253,7 @@ impl ToolRuntime {
         denial.rejection
     }
 
-    /// Counts an admission, unless a shared store still has to decide (the engine
-    /// counts it when the store has said yes).
+    /// Counts an admission, unless a shared store still has to decide (and counts).
     #[inline]
     pub(crate) fn on_admit(&self, waited: Duration, call: &Call<'_>) {
         if self.shared.store.is_none() {
