@@ -262,10 +262,8 @@ impl ToolRuntime {
         }
     }
 
-    /// The one-word bucket of a tool governed by exactly one unpartitioned, enforced
-    /// request bucket (the common case), whose `try_charge` admits with one
-    /// compare-and-swap, no lock and no plan, and says false whenever the general
-    /// path must decide (every rejection, and while waiters hold reservations).
+    /// The one-word bucket (see `fast`): `try_charge` admits with one CAS, no lock
+    /// and no plan, or says false when the general path must decide.
     #[inline]
     fn fast_bucket(&self) -> Option<&FastBucket> {
         self.fast.as_deref().and_then(Cell::fast)
