@@ -140,3 +140,18 @@ async def test_tools_without_a_policy_are_left_alone() -> None:
     model = ScriptedModel(responses=[])
     assert await asyncio.wait_for(run_agent(policy, model), timeout=30) == "5 answers"
     assert len(ran) == 5
+
+
+async def test_call_options_around_the_run_give_its_calls_their_priority_and_deadline() -> None:
+    import datetime as dt
+
+    from toolgate import Decision, call_options
+
+    decisions: list[Decision] = []
+    policy = ToolRateLimitPolicy(limits={"get_weather": RateLimit(100)}, on_decision=decisions.append)
+    model = ScriptedModel(responses=[])
+    with call_options(priority="batch", deadline=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)):
+        assert await asyncio.wait_for(run_agent(policy, model), timeout=30) == "5 answers"
+    assert ran == [], "no call could finish in time"
+    assert {(r["reason"], r["quota"]) for r in model.responses} == {("max_wait_exceeded", "deadline")}
+    assert {d.priority for d in decisions} == {"batch"}

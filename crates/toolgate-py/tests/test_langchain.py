@@ -61,3 +61,39 @@ async def test_rejected_calls_return_an_error_tool_message_and_never_run() -> No
         body = json.loads(str(m.content))
         assert (body["rejected_by"], body["tool"], body["reason"]) == ("toolgate", "lookup_customer", "rate_limited")
         assert m.artifact["retry_after"] == pytest.approx(0.5)
+
+
+async def test_priority_and_deadline_come_from_the_run_context_or_call_options() -> None:
+    import datetime as dt
+
+    from toolgate import Decision, call_options
+
+    ran: Counter[str] = Counter()
+
+    @tool
+    async def lookup_customer(customer_id: int) -> str:
+        """Look up a customer."""
+        ran["lookup_customer"] += 1
+        return f"customer {customer_id}"
+
+    @tool
+    async def get_weather(city: str) -> str:
+        """The weather (no policy)."""
+        return "sunny"
+
+    decisions: list[Decision] = []
+    policy = ToolRateLimitPolicy(limits={"lookup_customer": RateLimit(100)}, on_decision=decisions.append)
+
+    async def run(context: dict[str, Any] | None) -> list[ToolMessage]:
+        agent = create_agent(script(), tools=[lookup_customer, get_weather], middleware=[AdmissionMiddleware(policy)])
+        out = await agent.ainvoke({"messages": [{"role": "user", "content": "go"}]}, context=context)
+        return [m for m in out["messages"] if isinstance(m, ToolMessage) and m.name == "lookup_customer"]
+
+    past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    refused = await run({"deadline": past})
+    assert ran["lookup_customer"] == 0 and len(refused) == 5
+    assert {(m.artifact["reason"], m.artifact["quota"]) for m in refused} == {("max_wait_exceeded", "deadline")}
+    with call_options(priority="batch"):
+        await run({"deadline": 30.0})
+    assert ran["lookup_customer"] == 5
+    assert [d.priority for d in decisions[-5:]] == ["batch"] * 5

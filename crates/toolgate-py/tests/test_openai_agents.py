@@ -109,3 +109,31 @@ async def test_the_wrapper_waits_in_wait_mode() -> None:
     result = await asyncio.wait_for(run, 5)
     assert result.final_output == "done" and ran["lookup_customer"] == 5
     assert rejections(tool_outputs(model)) == []
+
+
+@pytest.mark.parametrize("shape", ["guardrail", "wrapper"])
+async def test_priority_and_deadline_come_from_the_run_context_or_call_options(shape: str) -> None:
+    import datetime as dt
+
+    from toolgate import Decision, call_options
+
+    decisions: list[Decision] = []
+    policy = ToolRateLimitPolicy(limits={"lookup_customer": RateLimit(100)}, on_decision=decisions.append)
+    ran: Counter[str] = Counter()
+    tool = lookup_tool(ran)
+    if shape == "guardrail":
+        tool.tool_input_guardrails = [admission_guardrail(policy)]
+        tools: list[Any] = [tool]
+    else:
+        tools = limit_tools(policy, [tool])
+    config = RunConfig(tracing_disabled=True)
+    past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
+    model = ScriptedModel()
+    await Runner.run(Agent(name="a", model=model, tools=tools), "go", context={"deadline": past}, run_config=config)
+    assert ran["lookup_customer"] == 0, "no call can finish in time"
+    assert {(r["reason"], r["quota"]) for r in rejections(tool_outputs(model))} == {("max_wait_exceeded", "deadline")}
+    model = ScriptedModel()
+    with call_options(priority="interactive"):
+        await Runner.run(Agent(name="a", model=model, tools=tools), "go", context={"deadline": 30.0}, run_config=config)
+    assert ran["lookup_customer"] == 5
+    assert [d.priority for d in decisions[-5:]] == ["interactive"] * 5

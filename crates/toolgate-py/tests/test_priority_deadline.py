@@ -167,3 +167,18 @@ async def test_call_options_follow_the_code_into_the_tasks_it_starts() -> None:
     with call_options(deadline=past()):
         task = asyncio.ensure_future(one_call())
     assert refused_by_deadline(await task)
+
+
+async def test_on_a_manual_clock_the_deadline_counts_on_that_clock() -> None:
+    from toolgate.testing import ManualClock
+
+    clock = ManualClock()
+    p = ToolRateLimitPolicy.from_dict(TOOLS, clock=clock)
+    assert isinstance(p.try_admit("one"), Permit)  # the next token comes at 1 s on the manual clock
+    assert refused_by_deadline(await p.decide("one", deadline=0.9))
+    waiting = asyncio.ensure_future(p.decide("one", deadline=60.0))
+    await asyncio.sleep(0.05)
+    assert not waiting.done(), "a far deadline waits for the manual clock"
+    clock.advance(1.0)
+    r = await asyncio.wait_for(waiting, 5)
+    assert isinstance(r, Permit) and r.waited == pytest.approx(1.0)

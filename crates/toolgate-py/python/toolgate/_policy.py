@@ -77,6 +77,9 @@ class ToolRateLimitPolicy:
     * an engine: ``await policy.admit(tool)``, ``await policy.decide(tool)``,
       ``policy.try_admit(tool)``.
 
+    Every way of admitting takes a call's ``priority`` and ``deadline`` (see
+    :meth:`decide` and :func:`toolgate.call_options`).
+
     Decisions go to the ``toolgate`` logger (admitted and waited at DEBUG, rejected
     at INFO) and to ``on_decision`` when given; arguments are never logged.
     """

@@ -107,16 +107,27 @@ def current() -> CallOptions:
     return _current.get()
 
 
-def options_of(*sources: Mapping[str, Any] | None) -> CallOptions:
-    """The ``priority`` and ``deadline`` of the first mapping of ``sources`` that
-    carries each (a framework's metadata and keyword arguments), inside the enclosing
-    :func:`call_options` blocks."""
+def options_of(*sources: object) -> CallOptions:
+    """The ``priority`` and ``deadline`` of the first of ``sources`` that carries each
+    (a framework's per-call metadata and keyword arguments, or the context object a
+    run was given), as a key of a mapping or an attribute of another object, inside
+    the enclosing :func:`call_options` blocks."""
     found: dict[str, object] = {}
     for source in sources:
         for key in ("priority", "deadline"):
-            if source is not None and key not in found and source.get(key) is not None:
-                found[key] = source[key]
+            if key not in found:
+                value = _carried(source, key)
+                if value is not None:
+                    found[key] = value
     return options(found.get("priority"), found.get("deadline"))
+
+
+def _carried(source: object, key: str) -> object:
+    if source is None:
+        return None
+    if isinstance(source, Mapping):
+        return source.get(key)
+    return getattr(source, key, None)
 
 
 @contextmanager

@@ -4,7 +4,10 @@
 asks the policy before the tool runs. A rejected call returns an error
 ``ToolMessage`` (``status="error"``) whose content is the rejection JSON
 (``"rejected_by": "toolgate"``, tool, reason, quota, ``retry_after``), and the tool
-never runs. An admitted call runs once (no retries) and completes its permit.
+never runs. An admitted call runs once (no retries) and completes its permit. A
+call's ``priority`` and ``deadline`` come from the run's context
+(``agent.ainvoke(..., context=...)``: keys of a mapping or attributes of an object),
+else from an enclosing :func:`toolgate.call_options`.
 
 Example::
 
@@ -25,6 +28,7 @@ from langchain_core.messages import ToolMessage
 from ._permits import hold, rejection_result
 from ._policy import ToolRateLimitPolicy
 from ._toolgate import Permit
+from ._urgency import options_of
 
 __all__ = ["AdmissionMiddleware"]
 
@@ -47,7 +51,8 @@ class AdmissionMiddleware(AgentMiddleware):
         if not policy.governs(name):
             return await handler(request)
         tenant = policy.tenant_of(request) if policy.tenant_of is not None else None
-        r = await policy.decide(name, tenant=tenant)
+        o = options_of(getattr(getattr(request, "runtime", None), "context", None))
+        r = await policy.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         if not isinstance(r, Permit):
             return ToolMessage(
                 content=rejection_result(r),

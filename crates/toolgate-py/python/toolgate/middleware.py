@@ -5,7 +5,13 @@ A :class:`~toolgate.ToolRateLimitPolicy` *is* the middleware: pass it in
 
 * leaves tools without a policy exactly as they would be without it (it just calls
   ``call_next()``), unless ``unknown_tools = "deny"``;
-* asks the Rust engine for admission (waiting on the event loop in wait mode);
+* asks the Rust engine for admission (waiting on the event loop in wait mode), with
+  the call's ``priority`` and ``deadline`` taken from ``context.metadata`` (set by an
+  earlier middleware), else ``context.kwargs`` (``agent.run(...,
+  function_invocation_kwargs={"priority": "interactive", "deadline": 5.0})``), else
+  an enclosing :func:`toolgate.call_options`; a call that cannot finish by its
+  deadline is rejected at once (``max_wait_exceeded`` by the quota ``deadline``) and
+  an invalid value fails closed as below;
 * on rejection sets ``context.result`` to :func:`toolgate.rejection_result` — JSON
   with ``"rejected_by": "toolgate"``, the tool, reason, quota and ``retry_after`` —
   and returns *without* calling ``call_next()``: the tool never runs, the model sees

@@ -13,6 +13,10 @@ the tool's output, so a rejected tool never runs:
   ``on_invoke_tool``: admission (waiting on the event loop in wait mode), the tool
   body, then completion of the permit. Use this for ``on_limit="wait"``.
 
+Both read a call's ``priority`` and ``deadline`` from the run's context
+(``Runner.run(agent, input, context=...)``: keys of a mapping or attributes of an
+object), else from an enclosing :func:`toolgate.call_options`.
+
 Example::
 
     from agents import Agent, function_tool
@@ -33,6 +37,7 @@ from agents.tool_guardrails import ToolInputGuardrail
 from ._permits import hold, rejection_result
 from ._policy import ToolRateLimitPolicy
 from ._toolgate import Permit
+from ._urgency import options_of
 
 __all__ = ["admission_guardrail", "limit_tool", "limit_tools"]
 
@@ -46,7 +51,8 @@ def admission_guardrail(policy: ToolRateLimitPolicy) -> ToolInputGuardrail[Any]:
         if not policy.governs(name):
             return ToolGuardrailFunctionOutput.allow()
         tenant = policy.tenant_of(data.context) if policy.tenant_of is not None else None
-        r = policy.try_admit(name, tenant=tenant)
+        o = options_of(getattr(data.context, "context", None))
+        r = policy.try_admit(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         if isinstance(r, Permit):
             r.complete()
             return ToolGuardrailFunctionOutput.allow({"admitted": True})
@@ -65,7 +71,8 @@ def limit_tool(policy: ToolRateLimitPolicy, tool: FunctionTool) -> FunctionTool:
         if not policy.governs(name):
             return await invoke(ctx, arguments)
         tenant = policy.tenant_of(ctx) if policy.tenant_of is not None else None
-        r = await policy.decide(name, tenant=tenant)
+        o = options_of(getattr(ctx, "context", None))
+        r = await policy.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         if not isinstance(r, Permit):
             return rejection_result(r)
         return await hold(r, lambda: invoke(ctx, arguments))
