@@ -19,6 +19,7 @@ mod cli;
 mod connections;
 mod dashboard;
 mod deadline;
+mod fairness;
 mod fuzz;
 mod http_errors;
 mod invoke;
