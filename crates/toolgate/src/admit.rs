@@ -10,11 +10,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::nanos;
 use crate::compiled::Compiled;
+use crate::fair::{FairQueue, Ticket, Turn as FairTurn};
 use crate::live::Live;
 use crate::permit::Permit;
+use crate::store::{QuotaStore, StoreLease};
 use crate::tool::ToolRuntime;
-use crate::vocab::{Call, OnLimit, Reason, Rejection, UnknownTools};
+use crate::vocab::{Call, OnLimit, Reason, Rejection, UnknownTools, MAX_WAIT_LIMIT};
 use crate::wait::Waiting;
 
 /// Whether [`admit`] may wait.
@@ -145,6 +148,19 @@ async fn in_store(
         }
         None => *call,
     };
+    // On a tool with a fair queue, a call that would wait in the store takes its
+    // turn here first: only the head of this process's queue waits there.
+    let _turn = match (&tool.fair, waits) {
+        (Some(fair), true) => match take_turn(live, tool, fair, &call, store).await {
+            Turn::Now(lease) => return Ok(local.with_lease(lease, call.priority_class())),
+            Turn::Head(ticket) => Some(ticket),
+            Turn::Refused(r) => {
+                local.discard();
+                return Err(r);
+            }
+        },
+        _ => None,
+    };
     match store.admit(call, waits).await {
         Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease, call.priority_class())),
         Ok(lease) => regate_stored(
@@ -160,6 +176,56 @@ async fn in_store(
             Err(r)
         }
     }
+}
+
+/// What a call of a tool with a fair queue found before it waits in the store.
+enum Turn {
+    /// Admitted by the store at once (nothing of its class or higher waited here).
+    Now(Box<dyn StoreLease>),
+    /// Its turn came: the store may now make it wait.
+    Head(Ticket),
+    Refused(Rejection),
+}
+
+/// Asks the store without waiting unless calls of the class of `call` (or higher)
+/// wait here already; else parks in the fair queue until its turn, within its
+/// `max_wait`.
+async fn take_turn(
+    live: &Live,
+    tool: &ToolRuntime,
+    fair: &Arc<FairQueue>,
+    call: &Call<'_>,
+    store: &Arc<dyn QuotaStore>,
+) -> Turn {
+    // The quota named if the turn never comes: the one the store refused with.
+    let mut quota: Arc<str> = Arc::from("fairness");
+    if !fair.busy_for(call.priority_class()) {
+        match store.admit(*call, false).await {
+            Ok(lease) => return Turn::Now(lease),
+            Err(r) if !waitable(&r) => return Turn::Refused(r),
+            Err(r) => quota = r.quota().into(),
+        }
+    }
+    let clock = &*live.shared.clock;
+    let now = clock.now();
+    let limit = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
+    let deadline = now.saturating_add(nanos(limit));
+    let cost = call.count.max(call.tokens);
+    let entered = fair.enter(call.tenant, call.priority_class(), cost, now);
+    match entered.ticket.turn(clock, deadline).await {
+        FairTurn::Head => Turn::Head(entered.ticket),
+        FairTurn::Refused(r) => Turn::Refused(r),
+        FairTurn::TimedOut => Turn::Refused(tool.upstream.too_long(&quota, nanos(limit))),
+    }
+}
+
+/// Whether a store's refusal is one that waiting can outlast.
+fn waitable(r: &Rejection) -> bool {
+    !r.is_store_unavailable()
+        && matches!(
+            r.reason(),
+            Reason::RateLimited | Reason::TokensLimited | Reason::ConcurrencyLimited
+        )
 }
 
 /// Asks the gates again for a call a shared store admitted after it waited there: a

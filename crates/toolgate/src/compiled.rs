@@ -91,10 +91,7 @@ impl Compiled {
                     .map(|s| quotas.build(s))
                     .collect();
                 let mut tool = compile_tool(name, t, list, shared, old);
-                // On a shared store the store orders its waiters.
-                if !on_store {
-                    tool.fair = fair_queue(config, t, &tool.quotas, &weights, shared);
-                }
+                tool.fair = fair_queue(config, t, &weights, shared);
                 (name.as_str().into(), Arc::new(tool))
             })
             .collect();
@@ -197,19 +194,17 @@ fn compile_tool(
     }
 }
 
-/// The fair queue of a tool whose own table or a pool sets `fairness`, or one of
-/// whose quotas keeps a reserve (a new one per policy: the calls waiting in the old
-/// one take their turns there).
+/// The fair queue of a tool whose own table or a pool sets `fairness` or a reserve
+/// (a new one per policy: the calls waiting in the old one take their turns there).
 fn fair_queue(
     config: &Config,
     t: &ToolConfig,
-    quotas: &[Arc<Quota>],
     weights: &Arc<std::collections::HashMap<Box<str>, u32>>,
     shared: &Arc<Shared>,
 ) -> Option<Arc<FairQueue>> {
     let pools = t.pools.iter().filter_map(|p| config.pools.get(p));
     let by_tenant = t.quota.fairness.is_some() || pools.clone().any(|p| p.fairness.is_some());
-    let reserved = quotas.iter().any(|q| q.def.holds());
+    let reserved = !t.quota.reserve.is_empty() || pools.clone().any(|p| !p.reserve.is_empty());
     (by_tenant || reserved).then(|| {
         let clock = shared.clock.clone();
         Arc::new(FairQueue::new(by_tenant, weights.clone(), clock))

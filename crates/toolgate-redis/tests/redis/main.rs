@@ -22,6 +22,7 @@ mod engine_on_redis {
 
 mod cluster;
 mod expiry;
+mod fairness;
 mod faults;
 mod grant;
 mod multiproc;
