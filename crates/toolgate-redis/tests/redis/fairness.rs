@@ -33,7 +33,7 @@ fn flood(
             let (engine, order) = (engine.clone(), order.clone());
             tokio::spawn(async move {
                 let call = Call::new("search").tenant(tenant);
-                engine.admit(&call).await.expect("admitted");
+                drop(engine.admit(&call).await.expect("admitted"));
                 order.lock().await.push(tenant);
             })
         })
@@ -57,19 +57,22 @@ async fn newcomers(server: &RedisServer, fair: bool) -> (Duration, Duration, usi
     let two = toolgate_redis::engine(policy(), &store(&server.url(), &p, ""))
         .await
         .expect("connect");
-    one.admit_now(&Call::new("search").tenant("a"))
-        .await
-        .expect("the burst");
+    drop(
+        one.admit_now(&Call::new("search").tenant("a"))
+            .await
+            .expect("the burst"),
+    );
     let order = Arc::new(Mutex::new(Vec::new()));
     let a = flood(&one, "a", 30, &order);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let at_arrival = order.lock().await.len();
     let timed = |engine: Engine, tenant: &'static str| async move {
         let t = Instant::now();
-        engine
+        let permit = engine
             .admit(&Call::new("search").tenant(tenant))
             .await
             .expect("admitted");
+        drop(permit);
         t.elapsed()
     };
     let (c, b) = tokio::join!(timed(one.clone(), "c"), timed(two.clone(), "b"));
