@@ -4,10 +4,11 @@
 //!
 //! The core counts per tool only, so that its fast path pays for no tenant; the
 //! gateway counts here, where every decision of `POST /v1/admit`, `/v1/reserve`,
-//! `invoke` and the event mesh passes with its tenant. Everything is bounded: only
-//! tools of the policy are counted (their number is the operator's), each keeps its
-//! last [`series::WINDOW_S`] seconds, and at most [`tenants::MAX_TENANTS`] tenants
-//! per tool are tracked, the least recently active evicted first.
+//! `invoke`, the event mesh and `tools/call` on `/mcp` passes with its tenant.
+//! Everything is bounded: only tools of the policy are counted (their number is the
+//! operator's), each keeps its last [`series::WINDOW_S`] seconds, and at most
+//! [`tenants::MAX_TENANTS`] tenants per tool are tracked, the least recently active
+//! evicted first.
 
 pub mod series;
 pub mod tenant;
@@ -111,6 +112,16 @@ impl Activity {
             tool,
             tenant: tenant.to_string(),
         })
+    }
+}
+
+impl toolgate_mcp::Decisions for Activity {
+    fn admitted(&self, tool: &str, tenant: Option<&str>, waited: Duration, p: Priority) {
+        Activity::admitted(self, tool, tenant, waited, p);
+    }
+
+    fn rejected(&self, tool: &str, tenant: Option<&str>, reason: Reason) {
+        Activity::rejected(self, tool, tenant, reason);
     }
 }
 

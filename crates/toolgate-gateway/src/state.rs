@@ -36,7 +36,7 @@ pub struct AppState(Arc<Inner>);
 #[derive(Debug)]
 struct Inner {
     engine: Engine,
-    activity: Activity,
+    activity: Arc<Activity>,
     leases: Arc<Leases>,
     live: ArcSwap<Live>,
     source: Source,
@@ -112,7 +112,7 @@ impl AppState {
         let leases = Arc::new(Leases::default());
         crate::leases::spawn_reaper(Arc::downgrade(&leases));
         let names = loaded.policy.tools.keys().map(String::as_str);
-        let activity = Activity::new(engine.clock().clone(), names);
+        let activity = Arc::new(Activity::new(engine.clock().clone(), names));
         Ok(Self(Arc::new(Inner {
             engine,
             activity,
@@ -225,7 +225,7 @@ impl AppState {
     }
 
     /// Who was admitted and rejected, per tool and tenant, second by second.
-    pub fn activity(&self) -> &Activity {
+    pub fn activity(&self) -> &Arc<Activity> {
         &self.0.activity
     }
 
