@@ -20,16 +20,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use toolgate::{Clock, Priority, Reason};
 
 pub use tool::ToolActivity;
+
+/// The tools of the policy, by name.
+type Tools = HashMap<Arc<str>, Arc<Mutex<ToolActivity>>>;
 
 /// The activity of every tool of the policy.
 #[derive(Debug)]
 pub struct Activity {
     clock: Arc<dyn Clock>,
-    tools: RwLock<HashMap<Arc<str>, Arc<Mutex<ToolActivity>>>>,
+    /// Read on every decision (no lock), replaced on reload.
+    tools: ArcSwap<Tools>,
 }
 
 /// A call of a tenant waiting for admission: counted in its tenant's `waiting` until
@@ -47,7 +52,7 @@ impl Activity {
     pub fn new<'a>(clock: Arc<dyn Clock>, tools: impl IntoIterator<Item = &'a str>) -> Self {
         let a = Self {
             clock,
-            tools: RwLock::default(),
+            tools: ArcSwap::default(),
         };
         a.retain(tools);
         a
@@ -56,13 +61,14 @@ impl Activity {
     /// Counts the decisions on `tools` from now on: a tool that stays keeps its
     /// figures, a new one starts empty, one that left the policy is forgotten.
     pub fn retain<'a>(&self, tools: impl IntoIterator<Item = &'a str>) {
-        let mut map = self.tools.write();
-        let mut next = HashMap::new();
-        for t in tools {
-            let entry = map.remove(t).unwrap_or_default();
-            next.insert(Arc::from(t), entry);
-        }
-        *map = next;
+        let names: Vec<&str> = tools.into_iter().collect();
+        self.tools.rcu(|old| {
+            let next: Tools = names
+                .iter()
+                .map(|&t| (Arc::from(t), old.get(t).cloned().unwrap_or_default()))
+                .collect();
+            next
+        });
     }
 
     /// The current second of the engine's clock.
@@ -72,12 +78,20 @@ impl Activity {
 
     /// The activity of `tool`, if the policy has it.
     pub fn tool(&self, tool: &str) -> Option<Arc<Mutex<ToolActivity>>> {
-        self.tools.read().get(tool).cloned()
+        self.tools.load().get(tool).cloned()
+    }
+
+    /// Counts on `tool`'s activity, if the policy has it (no reference count moves).
+    fn count(&self, tool: &str, f: impl FnOnce(u64, &mut ToolActivity)) {
+        if let Some(t) = self.tools.load().get(tool) {
+            let now = self.now();
+            f(now, &mut t.lock());
+        }
     }
 
     /// Every tool of the policy, by name.
     pub fn tools(&self) -> Vec<(Arc<str>, Arc<Mutex<ToolActivity>>)> {
-        let map = self.tools.read();
+        let map = self.tools.load();
         let mut v: Vec<_> = map.iter().map(|(k, t)| (k.clone(), t.clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
@@ -85,18 +99,12 @@ impl Activity {
 
     /// Counts an admission of `tool` after waiting `waited`.
     pub fn admitted(&self, tool: &str, tenant: Option<&str>, waited: Duration, p: Priority) {
-        if let Some(t) = self.tool(tool) {
-            let now = self.now();
-            t.lock().admitted(now, tenant, waited, p);
-        }
+        self.count(tool, |now, t| t.admitted(now, tenant, waited, p));
     }
 
     /// Counts a rejection of a call of `tool`.
     pub fn rejected(&self, tool: &str, tenant: Option<&str>, reason: Reason) {
-        if let Some(t) = self.tool(tool) {
-            let now = self.now();
-            t.lock().rejected(now, tenant, reason);
-        }
+        self.count(tool, |now, t| t.rejected(now, tenant, reason));
     }
 
     /// Counts a call of `tenant` waiting for admission on `tool` until the guard is

@@ -22,7 +22,7 @@ struct Slot {
 }
 
 /// The last [`WINDOW_S`] seconds, one slot per second that saw a decision: a busy
-/// series holds [`WINDOW_S`] slots (about 24 KB), an idle one none.
+/// series holds [`WINDOW_S`] slots of 88 bytes (about 26 KB), an idle one none.
 #[derive(Debug, Clone, Default)]
 pub struct Series {
     slots: VecDeque<Slot>,
@@ -60,6 +60,7 @@ impl Series {
     fn slot(&mut self, sec: u64) -> &mut Slot {
         self.expire(sec);
         if self.slots.back().is_none_or(|s| s.sec < sec) {
+            self.grow();
             self.slots.push_back(Slot {
                 sec,
                 ..Slot::default()
@@ -67,6 +68,16 @@ impl Series {
         }
         let last = self.slots.len() - 1;
         &mut self.slots[last]
+    }
+
+    /// Makes room for one more slot, doubling up to [`WINDOW_S`] slots and never past.
+    fn grow(&mut self) {
+        let (len, cap) = (self.slots.len(), self.slots.capacity());
+        if len == cap {
+            let max = usize::try_from(WINDOW_S).unwrap_or(usize::MAX);
+            let want = (cap * 2).clamp(4, max.max(len + 1));
+            self.slots.reserve_exact(want - len);
+        }
     }
 
     /// Drops the slots that left the window ending at `now`.
@@ -168,6 +179,8 @@ mod tests {
             s.admitted(sec, Duration::ZERO);
         }
         assert_eq!(s.slots.len(), 300);
+        assert!(s.slots.capacity() <= 300, "{}", s.slots.capacity());
         assert_eq!(s.totals(999).admitted, 300);
+        assert!(size_of::<Slot>() <= 88, "{}", size_of::<Slot>());
     }
 }
