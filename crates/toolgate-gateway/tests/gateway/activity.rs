@@ -284,3 +284,41 @@ async fn at_most_a_thousand_tenants_are_tracked_per_tool_the_least_recent_evicte
         "default list"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_that_disconnects_while_waiting_leaves_its_waiting_count() {
+    use tokio::io::AsyncWriteExt;
+    let s = start("[tools.slot]\nconcurrency = 1\non_limit = \"wait\"\nmax_wait = \"5s\"\n").await;
+    let held = s
+        .post("/v1/admit", json!({"tool": "slot", "tenant": "a"}))
+        .await;
+    assert_eq!(held.status, 200);
+    let body = r#"{"tool":"slot","tenant":"a"}"#;
+    let mut c = crate::support::connect(&s).await;
+    let req = format!(
+        "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(req.as_bytes()).await.expect("write");
+    eventually("the call waits", Duration::from_secs(5), || async {
+        waiting(&s).await == Some(1)
+    })
+    .await;
+    drop(c);
+    eventually("the count is left", Duration::from_secs(5), || async {
+        waiting(&s).await == Some(0)
+    })
+    .await;
+    let t = s.get("/v1/tools/slot?tenant=a").await.body;
+    assert_eq!(
+        t["tenant_activity"]["admitted"], 1,
+        "the one that left was never admitted: {t}"
+    );
+    assert_eq!(t["tenant_activity"]["rejected"], 0);
+}
+
+/// The `waiting` count of tenant `a` on `slot`.
+async fn waiting(s: &Server) -> Option<u64> {
+    let r = s.get("/v1/tools/slot?tenant=a").await;
+    r.body["tenant_activity"]["waiting"].as_u64()
+}
