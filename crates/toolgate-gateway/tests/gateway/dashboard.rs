@@ -321,3 +321,58 @@ async fn the_dashboard_plots_each_tool_and_breaks_a_tool_down_by_tenant_on_click
     assert!(size > 1000, "screenshot saved at {}", shot.display());
     let _ = std::fs::remove_dir_all(&profile);
 }
+
+/// With tokens, a tenant's token sees its own series and its own row only (#17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_dashboard_shows_its_own_activity_only() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
+            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
+        );
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+        return;
+    };
+    let token = |t: &str| {
+        format!(
+            "[[gateway.tokens]]\ntenant = \"{t}\"\nsha256 = \"{}\"\n",
+            toolgate_gateway::auth::hash_token(&format!("{t}-secret"))
+        )
+    };
+    let config = format!(
+        "{}{}[tools.crm]\nrate = \"2/h\"\nburst = 2\n",
+        token("acme"),
+        token("globex")
+    );
+    let s = start(&config).await;
+    for (who, want) in [("acme", 200), ("acme", 200), ("globex", 429)] {
+        let r = s
+            .post_as(
+                &format!("{who}-secret"),
+                "/v1/admit",
+                json!({"tool": "crm"}),
+            )
+            .await;
+        assert_eq!(r.status, want, "{r:?}");
+    }
+    let profile =
+        std::env::temp_dir().join(format!("toolgate-chromium-tenant-{}", std::process::id()));
+    let url = format!("{}/#token=acme-secret&tool=crm", s.base);
+    let dom = tokio::task::spawn_blocking(move || run(&chrome, &profile, &["--dump-dom"], &url))
+        .await
+        .expect("join");
+    let card = "class=\"card selected\" data-tool=\"crm\"";
+    assert_eq!(
+        inside(&dom, card, "win-admitted").as_deref(),
+        Some("2"),
+        "{dom}"
+    );
+    assert_eq!(
+        inside(&dom, card, "win-rejected").as_deref(),
+        Some("0"),
+        "globex's rejection is not acme's: {dom}"
+    );
+    assert!(dom.contains("your tenant (acme) only"), "{dom}");
+    assert!(dom.contains("data-tenant=\"acme\""), "{dom}");
+    assert!(!dom.contains("globex"), "no other tenant: {dom}");
+}
