@@ -14,7 +14,7 @@ use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::api::{admin, admit, invoke, leases, reserve, tools};
+use crate::api::{activity, admin, admit, invoke, leases, reserve, tools};
 use crate::auth::Caller;
 use crate::connections::Connections;
 use crate::error::ApiError;
@@ -39,6 +39,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reservations/{id}", delete(reserve::release))
         .route("/v1/tools", get(tools::list))
         .route("/v1/tools/{*tool}", get(tools::get).post(tool_post))
+        .route("/v1/activity", get(activity::list))
+        .route("/v1/activity/{*tool}", get(activity::get))
         .route("/v1/admin/reload", post(admin::reload))
         .route("/v1/mesh", get(mesh))
         .route("/v1/mcp", get(crate::mcp::view))

@@ -104,6 +104,19 @@ impl Caller {
         }
     }
 
+    /// The tenant whose figures a read shows: as [`Caller::tenant_for`], except that
+    /// an admin token may name any tenant (its own by default).
+    ///
+    /// # Errors
+    ///
+    /// As [`Caller::tenant_for`], for a token without the admin right.
+    pub fn tenant_to_read(&self, requested: Option<String>) -> Result<Option<String>, ApiError> {
+        match (&self.tenant, requested) {
+            (Some(_), Some(r)) if self.admin => Ok(Some(r)),
+            (_, r) => self.tenant_for(r),
+        }
+    }
+
     /// Requires the admin right.
     ///
     /// # Errors

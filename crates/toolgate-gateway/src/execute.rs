@@ -75,8 +75,11 @@ pub async fn run<'a>(state: &AppState, up: &Arc<Upstream>, job: Job<'a>) -> Ran 
         options = options.deadline(d);
     }
     let mut waited = Duration::ZERO;
+    let (activity, tool, tenant, priority) = (state.activity(), job.tool, job.tenant, job.priority);
+    // Every attempt was admitted: each counts as an admission in the activity.
     let attempt = |ctx: toolgate::AttemptCtx<'a>| {
         waited += ctx.waited();
+        activity.admitted(tool, tenant, ctx.waited(), priority);
         async move {
             // Every attempt sends the same `Idempotency-Key`.
             let (result, limit) =
@@ -100,6 +103,14 @@ pub async fn run<'a>(state: &AppState, up: &Arc<Upstream>, job: Job<'a>) -> Ran 
         Some(p) => engine.run_admitted(p, &call, options, attempt).await,
         None => engine.run(&call, options, attempt).await,
     };
+    let refused = match &run {
+        Err(ExecuteError::Rejected(r)) => Some(r),
+        Err(ExecuteError::Tool(f)) => f.rejection.as_deref(),
+        Ok(_) => None,
+    };
+    if let Some(r) = refused {
+        activity.rejected(tool, tenant, r.reason());
+    }
     Ran { run, waited }
 }
 

@@ -13,6 +13,7 @@
     reason = "leases, connections and HTTP dates are timed on the real clock"
 )]
 
+pub mod activity;
 pub mod api;
 pub mod app;
 pub mod auth;

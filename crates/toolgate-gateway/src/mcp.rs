@@ -37,7 +37,8 @@ pub async fn start(state: &AppState, config: McpConfig) -> Upstreams {
             Some(e) => tracing::warn!(server = %s.name, error = %e, "MCP upstream not ready"),
         }
     }
-    let gateway = Gateway::new(state.engine().clone(), upstreams.clone());
+    let gateway = Gateway::new(state.engine().clone(), upstreams.clone())
+        .with_decisions(state.activity().clone());
     // Without tokens the gateway serves loopback only: rmcp's Host check guards it
     // against DNS rebinding there. With tokens, the token does.
     let check_hosts = !state.live().auth.enabled();

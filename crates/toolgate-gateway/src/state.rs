@@ -9,6 +9,7 @@ use arc_swap::{ArcSwap, Guard};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate::Engine;
 
+use crate::activity::Activity;
 use crate::auth::Auth;
 use crate::connections::Connections;
 use crate::leases::Leases;
@@ -35,6 +36,7 @@ pub struct AppState(Arc<Inner>);
 #[derive(Debug)]
 struct Inner {
     engine: Engine,
+    activity: Arc<Activity>,
     leases: Arc<Leases>,
     live: ArcSwap<Live>,
     source: Source,
@@ -109,8 +111,11 @@ impl AppState {
         crate::store::keep_leases(&engine, &live.settings);
         let leases = Arc::new(Leases::default());
         crate::leases::spawn_reaper(Arc::downgrade(&leases));
+        let names = loaded.policy.tools.keys().map(String::as_str);
+        let activity = Arc::new(Activity::new(engine.clock().clone(), names));
         Ok(Self(Arc::new(Inner {
             engine,
+            activity,
             leases,
             body_limit: live.settings.body_limit,
             request_timeout: live.settings.request_timeout,
@@ -196,11 +201,13 @@ impl AppState {
         crate::metrics::publish_circuits(&loaded.policy);
         let live = Live::new(&loaded, upstreams);
         let tools = loaded.policy.tools.len();
+        let names: Vec<String> = loaded.policy.tools.keys().cloned().collect();
         self.0
             .engine
             .try_apply(loaded.policy)
             .map_err(|e| LoadErrors(vec![format!("store: {e}")]))?;
         crate::store::keep_leases(&self.0.engine, &live.settings);
+        self.0.activity.retain(names.iter().map(String::as_str));
         self.0.live.store(Arc::new(live));
         if let Some(mesh) = self.mesh() {
             // Tools may have gained or lost an upstream: start or stop their workers.
@@ -215,6 +222,11 @@ impl AppState {
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.0.engine
+    }
+
+    /// Who was admitted and rejected, per tool and tenant, second by second.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.0.activity
     }
 
     /// Open leases.

@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, JsonObject};
 use rmcp::service::ServiceError;
-use toolgate::{AttemptResult, Call, Engine, ExecuteError, RunFailure, RunOptions, StopReason};
+use toolgate::{
+    AttemptResult, Call, Engine, ExecuteError, Priority, RunFailure, RunOptions, StopReason,
+};
 
 use crate::catalog::Entry;
 use crate::config::McpConfig;
+use crate::decisions::Decisions;
 use crate::rejection;
 use crate::upstream_call::{self, ProgressTarget};
 use crate::upstreams::Upstreams;
@@ -44,6 +47,8 @@ pub(crate) struct Job<'a> {
     pub(crate) arguments: Option<JsonObject>,
     /// Where progress goes, when the client asked for it.
     pub(crate) progress: Option<ProgressTarget>,
+    /// Told of every admission decision, when set.
+    pub(crate) decisions: Option<&'a dyn Decisions>,
 }
 
 /// Runs the call and shapes its answer.
@@ -64,9 +69,13 @@ pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
         .cap_wait(job.config.max_wait);
     let timeout = job.config.call_timeout;
     let (upstreams, arguments, progress) = (job.upstreams, &job.arguments, &job.progress);
+    let (decisions, tenant) = (job.decisions, job.tenant);
     let ran = job
         .engine
-        .run(&call, RunOptions::new(), |_| {
+        .run(&call, RunOptions::new(), |ctx| {
+            if let Some(d) = decisions {
+                d.admitted(&entry.policy_key, tenant, ctx.waited(), Priority::Default);
+            }
             let peer = upstreams.peer(&entry.server);
             let entry = entry.clone();
             let mut params = CallToolRequestParams::new(entry.upstream_name.clone());
@@ -84,6 +93,16 @@ pub(crate) async fn run(job: Job<'_>) -> Result<CallToolResult, ErrorData> {
         })
         .await;
     let name = &*entry.tool.name;
+    if let Some(d) = decisions {
+        let refused = match &ran {
+            Err(ExecuteError::Rejected(r)) => Some(r),
+            Err(ExecuteError::Tool(f)) => f.rejection.as_deref(),
+            Ok(_) => None,
+        };
+        if let Some(r) = refused {
+            d.rejected(&entry.policy_key, tenant, r.reason());
+        }
+    }
     match ran {
         Ok(out) => Ok(out.value),
         Err(ExecuteError::Rejected(r)) => rejection::answer(name, &r, job.config.on_reject),

@@ -12,7 +12,10 @@ use rmcp::{RoleServer, ServerHandler};
 use tokio::sync::watch;
 use toolgate::Engine;
 
+use std::sync::Arc;
+
 use crate::call::{self, Job};
+use crate::decisions::Decisions;
 use crate::upstreams::Upstreams;
 
 /// How often a session's list-change listener checks that the session is still open.
@@ -30,6 +33,8 @@ pub struct Gateway {
     upstreams: Upstreams,
     /// The tenant of calls that bring none (stdio, or HTTP without auth).
     tenant: Option<String>,
+    /// Told of every decision, when set.
+    decisions: Option<Arc<dyn Decisions>>,
 }
 
 // === impl Gateway ===
@@ -41,7 +46,15 @@ impl Gateway {
             engine,
             upstreams,
             tenant: None,
+            decisions: None,
         }
+    }
+
+    /// Tells `decisions` of every admission decision of a `tools/call`.
+    #[must_use]
+    pub fn with_decisions(mut self, decisions: Arc<dyn Decisions>) -> Self {
+        self.decisions = Some(decisions);
+        self
     }
 
     /// The tenant of calls whose transport names none (`toolgate mcp`).
@@ -174,6 +187,7 @@ impl ServerHandler for Gateway {
             tenant: tenant.as_deref(),
             arguments: request.arguments,
             progress,
+            decisions: self.decisions.as_deref(),
         };
         tokio::select! {
             r = call::run(job) => r.map(|mut result| {

@@ -1,6 +1,8 @@
 //! `POST /v1/admit`: admit a call now (or after waiting, in wait mode) and open a
 //! lease, or say why not.
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -85,10 +87,23 @@ pub async fn admit(
     if let Some(ms) = req.max_wait_ms {
         call = call.max_wait(Duration::from_millis(ms));
     }
-    match state.engine().admit(&call).await {
+    let activity = state.activity();
+    let mut admit = std::pin::pin!(state.engine().admit(&call));
+    // Polled once first: only a call that waits is counted as waiting (and pays for it).
+    let first = std::future::poll_fn(|cx| Poll::Ready(admit.as_mut().poll(cx))).await;
+    let decision = match first {
+        Poll::Ready(d) => d,
+        Poll::Pending => {
+            let _waiting = activity.waiting(&req.tool, tenant.as_deref());
+            admit.await
+        }
+    };
+    match decision {
         Ok(permit) => {
+            let waited = permit.waited();
+            activity.admitted(&req.tool, tenant.as_deref(), waited, priority);
             let live = state.live();
-            let waited_ms = permit.waited().as_millis();
+            let waited_ms = waited.as_millis();
             let lease = state.leases().insert(
                 &mut places,
                 NewLease {
@@ -108,7 +123,10 @@ pub async fn admit(
             }
             Ok(res)
         }
-        Err(r) => Ok(rejected(&state, &r, tenant.as_deref())),
+        Err(r) => {
+            activity.rejected(&req.tool, tenant.as_deref(), r.reason());
+            Ok(rejected(&state, &r, tenant.as_deref()))
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP endpoints, one module per resource.
 
+pub mod activity;
 pub mod admin;
 pub mod admit;
 pub mod invoke;

@@ -72,10 +72,23 @@ pub async fn reserve(
         .leases()
         .places(tenant.as_deref(), units, (&limits).into())?;
     let calls = calls(&state, &req.calls, tenant.as_deref())?;
+    let activity = state.activity();
     let permits = match state.engine().admit_all(&calls).await {
         Ok(p) => p,
-        Err(r) => return Ok(super::admit::rejected(&state, &r, tenant.as_deref())),
+        Err(r) => {
+            // One rejection for the plan, counted on the tool that refused it.
+            activity.rejected(r.tool(), tenant.as_deref(), r.reason());
+            return Ok(super::admit::rejected(&state, &r, tenant.as_deref()));
+        }
     };
+    for (p, c) in permits.iter().zip(&calls) {
+        activity.admitted(
+            c.tool_name(),
+            tenant.as_deref(),
+            p.waited(),
+            c.priority_class(),
+        );
+    }
     let reservation = state.leases().new_id();
     let leases: Vec<String> = permits
         .into_iter()

@@ -9,6 +9,11 @@
 //! (in all and per tool), what its partitions have left, and the `available` of
 //! shared quotas (which its `RateLimit` headers and refusals disclose anyway); no
 //! totals of admissions, refusals, calls in flight or waiting, partitions or leases.
+//!
+//! With a tenant (`?tenant=`, which an admin token may set to any tenant, or a
+//! tenant token's own), the answer also carries `tenant_activity`: that tenant's own
+//! admissions, rejections by reason, calls waiting and wait percentiles on the tool
+//! ([`crate::activity`]).
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -17,13 +22,14 @@ use serde_json::{json, Value};
 use toolgate::config::{Mode, OnLimit};
 use toolgate::{QuotaState, ToolState};
 
+use crate::activity::tenant::Tenant;
 use crate::auth::Caller;
 use crate::bounds;
 use crate::error::ApiError;
 use crate::leases::Held;
 use crate::state::AppState;
 
-/// `?tenant=` (only without auth; with auth the token's tenant is used).
+/// `?tenant=` (without auth or with an admin token; otherwise the token's tenant).
 #[derive(Debug, Deserialize)]
 pub struct TenantQuery {
     tenant: Option<String>,
@@ -37,7 +43,7 @@ pub async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let max_id = state.live().settings.limits.max_id_length;
     bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
-    let tenant = caller.tenant_for(q.tenant)?;
+    let tenant = caller.tenant_to_read(q.tenant)?;
     let engine = state.engine();
     let states: Vec<ToolState> = match tenant.as_deref() {
         None => engine.tool_states(),
@@ -49,15 +55,21 @@ pub async fn list(
     };
     // On a shared store the quotas live there; the counters here are this replica's.
     let store = engine.store().map_or("memory", |s| s.name());
+    let with_tenant = |mut v: Value, tool: &str| {
+        if let Some(t) = tenant.as_deref() {
+            v["tenant_activity"] = tenant_activity(&state, tool, t);
+        }
+        v
+    };
     let body = match own_view(&state, &caller) {
         Some(held) => json!({
-            "tools": states.iter().map(|s| tenant_json(s, &held)).collect::<Vec<_>>(),
+            "tools": states.iter().map(|s| with_tenant(tenant_json(s, &held), &s.tool)).collect::<Vec<_>>(),
             "leases": held.by_tool.values().sum::<usize>(),
             "tenant": tenant,
             "store": store,
         }),
         None => json!({
-            "tools": states.iter().map(to_json).collect::<Vec<_>>(),
+            "tools": states.iter().map(|s| with_tenant(to_json(s), &s.tool)).collect::<Vec<_>>(),
             "leases": state.leases().len(),
             "tenant": tenant,
             "store": store,
@@ -76,7 +88,7 @@ pub async fn get(
     let max_id = state.live().settings.limits.max_id_length;
     bounds::id("tool", &tool, max_id)?;
     bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
-    let tenant = caller.tenant_for(q.tenant)?;
+    let tenant = caller.tenant_to_read(q.tenant)?;
     let s = state
         .engine()
         .tool_state(&tool, tenant.as_deref())
@@ -88,10 +100,26 @@ pub async fn get(
             ),
             _ => unknown(&tool),
         })?;
-    Ok(Json(match own_view(&state, &caller) {
+    let mut body = match own_view(&state, &caller) {
         Some(held) => tenant_json(&s, &held),
         None => to_json(&s),
-    }))
+    };
+    if let Some(t) = tenant.as_deref() {
+        body["tenant_activity"] = tenant_activity(&state, &tool, t);
+    }
+    Ok(Json(body))
+}
+
+/// The figures the gateway counted of `tenant` on `tool` ([`crate::activity`]).
+fn tenant_activity(state: &AppState, tool: &str, tenant: &str) -> Value {
+    let activity = state.activity();
+    let now = activity.now();
+    let tracked = activity.tool(tool);
+    let tracked = tracked.as_ref().map(|t| t.lock());
+    match tracked.as_ref().and_then(|t| t.tenants.get(tenant)) {
+        Some(t) => t.to_json(tenant, now),
+        None => Tenant::untracked_json(tenant),
+    }
 }
 
 /// What a tenant's (non-admin) token may see of the leases: its own; `None` for an

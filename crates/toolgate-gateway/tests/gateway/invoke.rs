@@ -193,6 +193,32 @@ async fn invoke_is_admission_controlled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoked_calls_are_counted_per_tenant_in_the_activity_issue_17() {
+    let s = gateway().await;
+    for (tenant, want) in [
+        ("acme", 200),
+        ("acme", 200),
+        ("globex", 200),
+        ("globex", 429),
+    ] {
+        let body = json!({"arguments": {"q": "x"}, "tenant": tenant, "priority": "batch"});
+        assert_eq!(invoke(&s, "echo", body).await.status, want);
+    }
+    let a = s.get("/v1/activity/echo").await.body;
+    assert_eq!(a["window"]["admitted"], 3, "{a}");
+    assert_eq!(a["window"]["rejected"], 1);
+    assert_eq!(a["by_priority"]["batch"]["admitted"], 3);
+    let g = s.get("/v1/tools/echo?tenant=globex").await.body;
+    let g = &g["tenant_activity"];
+    assert_eq!(
+        (g["admitted"].as_u64(), g["rejected"].as_u64()),
+        (Some(1), Some(1)),
+        "{g}"
+    );
+    assert_eq!(g["rejected_by_reason"]["rate_limited"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_429_with_retry_after_pauses_only_that_tool() {
     let s = gateway().await;
     let r = invoke(&s, "busy", json!({"arguments": {"q": "x"}})).await;

@@ -10,6 +10,7 @@
 mod procs;
 mod support;
 
+mod activity;
 mod admit;
 mod auth;
 mod bad_input;

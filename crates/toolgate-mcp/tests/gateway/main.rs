@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::json;
-use support::{setup, text};
+use support::{setup, setup_as, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_are_listed_under_their_exposed_names_with_their_schemas() {
@@ -226,4 +226,21 @@ async fn a_token_estimate_read_from_the_arguments_is_charged_to_the_budget() {
         "{err}"
     );
     assert_eq!(s.upstream_calls(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admission_and_rejection_is_told_with_its_tenant_issue_17() {
+    let policy = "[tools.\"mcp:fake/ok\"]\nrate = \"1/min\"\n";
+    let s = setup_as(policy, json!({}), Some("acme")).await;
+    s.call("fake__ok").await.expect("call");
+    let denied = s.call("fake__ok").await.expect("call");
+    assert_eq!(denied.is_error, Some(true));
+    let seen = s.decisions.0.lock().expect("lock").clone();
+    assert_eq!(
+        seen,
+        [
+            "admitted mcp:fake/ok acme",
+            "rejected mcp:fake/ok acme rate_limited"
+        ]
+    );
 }

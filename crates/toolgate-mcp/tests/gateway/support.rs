@@ -15,8 +15,8 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
-use toolgate::{Engine, Policy};
-use toolgate_mcp::{Gateway, McpConfig, Upstreams};
+use toolgate::{Engine, Policy, Priority, Reason};
+use toolgate_mcp::{Decisions, Gateway, McpConfig, Upstreams};
 
 /// The fake upstream: `ok` (structured `{"n": 1}`), `fail` (`isError`), `bad` (breaks
 /// its `outputSchema`), `slow` (ten seconds), `odd.name`.
@@ -150,8 +150,26 @@ impl rmcp::ClientHandler for Listener {
     }
 }
 
+/// Every decision the gateway told of, as `admitted TOOL TENANT` or `rejected TOOL
+/// TENANT REASON`.
+#[derive(Debug, Default)]
+pub(crate) struct Recorded(pub(crate) std::sync::Mutex<Vec<String>>);
+
+impl Decisions for Recorded {
+    fn admitted(&self, tool: &str, tenant: Option<&str>, _: Duration, _: Priority) {
+        let line = format!("admitted {tool} {}", tenant.unwrap_or("-"));
+        self.0.lock().expect("lock").push(line);
+    }
+
+    fn rejected(&self, tool: &str, tenant: Option<&str>, reason: Reason) {
+        let line = format!("rejected {tool} {} {reason}", tenant.unwrap_or("-"));
+        self.0.lock().expect("lock").push(line);
+    }
+}
+
 /// The gateway's parts for one test.
 pub(crate) struct Setup {
+    pub(crate) decisions: Arc<Recorded>,
     pub(crate) fake: Fake,
     pub(crate) engine: Engine,
     pub(crate) upstreams: Upstreams,
@@ -163,6 +181,11 @@ pub(crate) struct Setup {
 /// keys; its `fake` object, extra keys of `[mcp.servers.fake]`), and a client
 /// connected to the gateway.
 pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
+    setup_as(policy, mcp, None).await
+}
+
+/// As [`setup`], with `tenant` as the tenant of every call.
+pub(crate) async fn setup_as(policy: &str, mcp: Value, tenant: Option<&str>) -> Setup {
     let fake = Fake::default();
     let url = serve_upstream(fake.clone()).await;
     let mut table = mcp;
@@ -183,7 +206,10 @@ pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
         upstreams.view()
     );
     let engine = Engine::new(Policy::from_toml_str(policy).expect("policy"));
-    let gateway = Gateway::new(engine.clone(), upstreams.clone());
+    let decisions = Arc::new(Recorded::default());
+    let gateway = Gateway::new(engine.clone(), upstreams.clone())
+        .with_tenant(tenant.map(str::to_string))
+        .with_decisions(decisions.clone());
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {
         if let Ok(running) = gateway.serve(server_io).await {
@@ -193,6 +219,7 @@ pub(crate) async fn setup(policy: &str, mcp: Value) -> Setup {
     let listener = Listener::default();
     let client = listener.clone().serve(client_io).await.expect("client");
     Setup {
+        decisions,
         fake,
         engine,
         upstreams,
