@@ -36,6 +36,22 @@ impl Wake for Woken {
     }
 }
 
+/// Polls task `i` once with its waker: whether it was admitted (its slot emptied).
+fn poll(i: usize, tasks: &mut [Option<(Admit, Waker)>]) -> bool {
+    let Some((fut, waker)) = tasks[i].as_mut() else {
+        return false;
+    };
+    let mut cx = Context::from_waker(waker);
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(r) => {
+            drop(r.unwrap());
+            tasks[i] = None;
+            true
+        }
+        Poll::Pending => false,
+    }
+}
+
 /// `waiters` calls of `tenants` tenants parked on a 1,000/s quota; then `turns`
 /// admissions (fewer than `waiters`) timed: nanoseconds per admission (advancing the clock and polling
 /// the woken included).
@@ -67,20 +83,6 @@ fn per_turn(waiters: usize, tenants: usize, turns: usize) -> f64 {
             Some((fut, waker))
         })
         .collect();
-    let mut poll = |i: usize, tasks: &mut Vec<Option<(Admit, Waker)>>| -> bool {
-        let Some((fut, waker)) = tasks[i].as_mut() else {
-            return false;
-        };
-        let mut cx = Context::from_waker(waker);
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(r) => {
-                drop(r.unwrap());
-                tasks[i] = None;
-                true
-            }
-            Poll::Pending => false,
-        }
-    };
     for i in 0..waiters {
         assert!(!poll(i, &mut tasks), "parked");
     }
