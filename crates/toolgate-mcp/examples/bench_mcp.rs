@@ -6,7 +6,7 @@
 //! argument, with `[mcp.servers.up]` pointing at the upstream and a policy on the tool
 //! (so every call is admitted with accounting and completed). The clients are rmcp
 //! Streamable HTTP clients, the same code for both targets. Rounds alternate direct and
-//! toolgate, so load from elsewhere on the machine hits both alike; the best round of
+//! toolgate, so load from elsewhere on the machine hits both alike; the median round of
 //! each is reported.
 //!
 //! Usage: `bench_mcp TOOLGATE_BIN [SECONDS_PER_ROUND] [CLIENTS] [ROUNDS]`
@@ -155,18 +155,23 @@ async fn round(url: &str, tool: &str, clients: usize, secs: f64) -> Round {
     }
 }
 
-fn best(rounds: &[Round]) -> Round {
-    let mut b = rounds[0];
-    for r in rounds {
-        if r.per_second > b.per_second {
-            b.per_second = r.per_second;
-        }
-        if r.p50_us < b.p50_us {
-            b.p50_us = r.p50_us;
-            b.p99_us = r.p99_us;
-        }
-    }
-    b
+/// The median of each figure over the rounds (the upper median of an even count),
+/// and its spread (lowest, highest).
+fn median(rounds: &[Round]) -> (Round, [(f64, f64); 3]) {
+    let mid = |f: fn(&Round) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], (v[0], v[v.len() - 1]))
+    };
+    let (per_second, s0) = mid(|r| r.per_second);
+    let (p50_us, s1) = mid(|r| r.p50_us);
+    let (p99_us, s2) = mid(|r| r.p99_us);
+    let m = Round {
+        per_second,
+        p50_us,
+        p99_us,
+    };
+    (m, [s0, s1, s2])
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -177,7 +182,7 @@ async fn main() {
         .expect("usage: bench_mcp TOOLGATE_BIN [SECS] [CLIENTS] [ROUNDS]");
     let secs: f64 = args.get(2).map_or(5.0, |s| s.parse().unwrap());
     let clients: usize = args.get(3).map_or(16, |s| s.parse().unwrap());
-    let rounds: usize = args.get(4).map_or(2, |s| s.parse().unwrap());
+    let rounds: usize = args.get(4).map_or(5, |s| s.parse().unwrap());
     let dir = std::env::temp_dir().join(format!("bench-mcp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let up = upstream().await;
@@ -193,21 +198,22 @@ async fn main() {
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
-    let [direct, through, direct1, through1] = results.map(|r| best(&r));
+    let [direct, through, direct1, through1] = results.map(|r| median(&r));
     println!("| path | tools/call per s ({clients} clients) | p50 (1 client) | p99 (1 client) |");
     println!("|---|---|---|---|");
-    for (name, t, l) in [
+    for (name, (t, ts), (l, ls)) in [
         ("direct", direct, direct1),
         ("through toolgate", through, through1),
     ] {
         println!(
-            "| {name} | {:.0} | {:.0} µs | {:.0} µs |",
-            t.per_second, l.p50_us, l.p99_us
+            "| {name} | {:.0} ({:.0}–{:.0}) | {:.0} µs ({:.0}–{:.0}) | {:.0} µs ({:.0}–{:.0}) |",
+            t.per_second, ts[0].0, ts[0].1, l.p50_us, ls[1].0, ls[1].1, l.p99_us, ls[2].0, ls[2].1
         );
     }
     println!(
-        "\nthroughput ratio {:.2}×, added p50 {:.0} µs ({rounds} rounds of {secs} s, best of each)",
-        through.per_second / direct.per_second,
-        through1.p50_us - direct1.p50_us
+        "\nthroughput ratio {:.2}×, added p50 {:.0} µs (medians of {rounds} interleaved rounds of \
+         {secs} s; the spread in brackets)",
+        through.0.per_second / direct.0.per_second,
+        through1.0.p50_us - direct1.0.p50_us
     );
 }
