@@ -112,14 +112,7 @@ impl Upstream {
 
 fn check(v: Option<&jsonschema::Validator>, value: &Value, what: &str) -> Result<(), String> {
     let Some(v) = v else { return Ok(()) };
-    let errors: Vec<String> = v
-        .iter_errors(value)
-        .map(|e| {
-            let at = e.instance_path.to_string();
-            let at = if at.is_empty() { "/".to_string() } else { at };
-            format!("{at}: {e}")
-        })
-        .collect();
+    let errors = toolgate_mcp::schema::violations(v, value);
     if errors.is_empty() {
         Ok(())
     } else {

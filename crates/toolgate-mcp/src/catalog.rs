@@ -80,15 +80,7 @@ impl Entry {
                     .into(),
             );
         };
-        let errors: Vec<String> = v
-            .iter_errors(value)
-            .take(8)
-            .map(|e| {
-                let at = e.instance_path.to_string();
-                let at = if at.is_empty() { "/".to_string() } else { at };
-                format!("{at}: {e}")
-            })
-            .collect();
+        let errors = crate::schema::violations(v, value);
         if errors.is_empty() {
             Ok(())
         } else {

@@ -25,6 +25,7 @@ pub mod naming;
 mod ordered;
 mod progress;
 pub mod rejection;
+pub mod schema;
 pub mod server_config;
 pub mod sessions;
 pub mod stdio;
