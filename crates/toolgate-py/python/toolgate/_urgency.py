@@ -59,8 +59,9 @@ class CallOptions:
         return CallOptions(self.priority or outer.priority, min(deadlines) if deadlines else None)
 
 
-_NONE = CallOptions()
-_current: contextvars.ContextVar[CallOptions] = contextvars.ContextVar("toolgate_call_options", default=_NONE)
+NO_OPTIONS = CallOptions()
+"""The options of a call that names none, outside any :func:`call_options` block."""
+_current: contextvars.ContextVar[CallOptions] = contextvars.ContextVar("toolgate_call_options", default=NO_OPTIONS)
 
 
 def check_priority(value: object) -> Priority | None:
@@ -98,6 +99,9 @@ def deadline_at(value: object) -> float | None:
 def options(priority: object = None, deadline: object = None) -> CallOptions:
     """The options of one call: its own ``priority`` and ``deadline`` (checked) inside
     the ones of the enclosing :func:`call_options` blocks."""
+    if priority is None and deadline is None:
+        # The common call names neither: no options to build or merge.
+        return _current.get()
     own = CallOptions(check_priority(priority), deadline_at(deadline))
     return own.over(_current.get())
 
