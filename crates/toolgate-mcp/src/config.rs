@@ -18,8 +18,9 @@
 //! exclude = ["trigger-sampling-request"]
 //!
 //! [mcp.servers.crm]
-//! url = "http://127.0.0.1:9000/mcp"
+//! url = "https://crm.internal:9443/mcp"
 //! headers = { Authorization = "Bearer …" }
+//! ca_file = "/etc/toolgate/crm-ca.pem"   # the only CAs trusted for it (else the system's)
 //! tools = ["lookup_customer"]
 //! ```
 //!

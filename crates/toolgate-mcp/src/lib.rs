@@ -2,8 +2,8 @@
 //! change (see `docs/mcp.md`).
 //!
 //! toolgate connects to upstream MCP servers (`[mcp.servers.NAME]`: a child process
-//! on stdio, or a Streamable HTTP endpoint) and serves their tools, aggregated, to
-//! MCP clients over Streamable HTTP (`/mcp` in `toolgate serve`) or stdio (`toolgate
+//! on stdio, or a Streamable HTTP endpoint, `https://` over rustls: [`tls`]) and
+//! serves their tools, aggregated, to MCP clients over Streamable HTTP (`/mcp` in `toolgate serve`) or stdio (`toolgate
 //! mcp`). Every `tools/call` is admitted by toolgate's engine under the tool's
 //! policy key `mcp:SERVER/TOOL` ([`naming`]) and completed with its outcome; nothing
 //! else is admitted. A rejection is an answer a model can act on ([`rejection`]).
@@ -29,6 +29,7 @@ pub mod schema;
 pub mod server_config;
 pub mod sessions;
 pub mod stdio;
+pub mod tls;
 mod upstream_call;
 pub mod upstreams;
 
@@ -39,4 +40,5 @@ pub use decisions::Decisions;
 pub use gateway::{Gateway, Tenant};
 pub use server_config::{ServerConfig, Transport};
 pub use sessions::Sessions;
+pub use tls::CaFile;
 pub use upstreams::{ServerView, Upstreams};

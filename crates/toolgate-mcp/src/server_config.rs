@@ -1,11 +1,14 @@
 //! One upstream MCP server, `[mcp.servers.NAME]`: a child process spoken to over
-//! stdio (`command`, `args`, `env`) or a Streamable HTTP endpoint (`url`, `headers`),
+//! stdio (`command`, `args`, `env`) or a Streamable HTTP endpoint (`url`, `headers`,
+//! and for `https://` a `ca_file` of its own CAs),
 //! which of its tools are exposed (`tools`, `exclude`), and where a call's token
 //! estimate is read from its arguments (`cost`).
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+
+use crate::tls::CaFile;
 
 /// How toolgate reaches an upstream server.
 #[derive(Clone, PartialEq, Eq)]
@@ -26,6 +29,9 @@ pub enum Transport {
         url: String,
         /// Headers sent with every request (such as `Authorization`).
         headers: BTreeMap<String, String>,
+        /// The only CAs an `https://` server's certificate is verified against; the
+        /// system's roots when `None`.
+        ca_file: Option<CaFile>,
     },
 }
 
@@ -45,7 +51,7 @@ pub struct ServerConfig {
 }
 
 /// The keys a server table accepts.
-const KEYS: &str = "args, command, cost, env, exclude, headers, tools, url";
+const KEYS: &str = "args, ca_file, command, cost, env, exclude, headers, tools, url";
 /// The most arguments, variables, headers or names in one list.
 const MAX_LIST: usize = 1024;
 /// The longest string of a server table (a URL, an argument, a header value).
@@ -63,10 +69,15 @@ impl std::fmt::Debug for Transport {
                 .field("args", args)
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .finish(),
-            Self::Http { url, headers } => f
+            Self::Http {
+                url,
+                headers,
+                ca_file,
+            } => f
                 .debug_struct("Http")
                 .field("url", url)
                 .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("ca_file", ca_file)
                 .finish(),
         }
     }
@@ -98,6 +109,9 @@ impl ServerConfig {
                 "args" => strings(v).map(|a| parts.args = Some(a)),
                 "env" => map(v).map(|m| parts.env = Some(m)),
                 "url" => string(v).and_then(|u| url(&u)).map(|u| parts.url = Some(u)),
+                "ca_file" => string(v)
+                    .and_then(|p| CaFile::read(&p))
+                    .map(|c| parts.ca_file = Some(c)),
                 "headers" => map(v)
                     .and_then(|m| headers(&m).map(|()| m))
                     .map(|m| parts.headers = Some(m)),
@@ -134,6 +148,7 @@ struct Parts {
     env: Option<BTreeMap<String, String>>,
     url: Option<String>,
     headers: Option<BTreeMap<String, String>>,
+    ca_file: Option<CaFile>,
     tools: Option<Vec<String>>,
     exclude: Vec<String>,
     cost: BTreeMap<String, String>,
@@ -164,8 +179,13 @@ impl Parts {
                 None
             }
             (Some(command), None) => {
-                if self.headers.is_some() {
-                    errors.push(format!("{path}.headers: only for a url server"));
+                for key in [
+                    ("headers", self.headers.is_some()),
+                    ("ca_file", self.ca_file.is_some()),
+                ] {
+                    if key.1 {
+                        errors.push(format!("{path}.{}: only for a url server", key.0));
+                    }
                 }
                 if command.is_empty() {
                     errors.push(format!("{path}.command: must not be empty"));
@@ -182,9 +202,13 @@ impl Parts {
                         errors.push(format!("{path}.{}: only for a command server", key.0));
                     }
                 }
+                if self.ca_file.is_some() && !url.starts_with("https://") {
+                    errors.push(format!("{path}.ca_file: only for an https:// url"));
+                }
                 Some(Transport::Http {
                     url,
                     headers: self.headers.take().unwrap_or_default(),
+                    ca_file: self.ca_file.take(),
                 })
             }
         }
@@ -315,5 +339,40 @@ mod tests {
             e,
             ["mcp.servers.x.cost: t: \"max_tokens\": expected a JSON pointer such as \"/max_tokens\""]
         );
+    }
+
+    /// A CA certificate whose key was thrown away: only read, never used to sign.
+    const TEST_CA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/test-ca.pem");
+
+    #[test]
+    fn an_https_server_reads_its_ca_file_when_the_config_is_read() {
+        let s = parse(json!({"url": "https://127.0.0.1:9/mcp", "ca_file": TEST_CA})).expect("ok");
+        let Transport::Http { ca_file, .. } = &s.transport else {
+            panic!("{s:?}")
+        };
+        let ca = ca_file.as_ref().expect("a ca_file");
+        assert_eq!((ca.path(), ca.len()), (TEST_CA, 1));
+        let s = parse(json!({"url": "https://127.0.0.1:9/mcp"})).expect("ok");
+        assert!(matches!(
+            &s.transport,
+            Transport::Http { ca_file: None, .. }
+        ));
+    }
+
+    #[test]
+    fn a_ca_file_is_refused_where_it_cannot_apply() {
+        let e = parse(json!({"url": "http://h/", "ca_file": TEST_CA})).expect_err("http");
+        assert_eq!(e, ["mcp.servers.x.ca_file: only for an https:// url"]);
+        let e = parse(json!({"command": "a", "ca_file": TEST_CA})).expect_err("stdio");
+        assert_eq!(e, ["mcp.servers.x.ca_file: only for a url server"]);
+        let e = parse(json!({"url": "https://h/", "ca_file": "/nonexistent/ca.pem"}))
+            .expect_err("missing");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("mcp.servers.x.ca_file: \"/nonexistent/ca.pem\": cannot read it: "),
+            "{e:?}"
+        );
+        let e = parse(json!({"url": "https://h/", "ca_file": 7})).expect_err("type");
+        assert_eq!(e, ["mcp.servers.x.ca_file: expected a string, got 7"]);
     }
 }

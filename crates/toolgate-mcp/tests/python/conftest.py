@@ -10,7 +10,9 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,7 +23,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-ROOT = Path(__file__).resolve().parents[4]
+HERE = Path(__file__).parent
+ROOT = HERE.parents[3]
 TOKEN_A = "token-of-acme"
 TOKEN_B = "token-of-globex"
 
@@ -98,7 +101,35 @@ class Gateway:
         return out
 
 
-def start_gateway(config: str) -> Iterator[Gateway]:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_crm(*tls: str) -> Iterator[str]:
+    """crm_server.py (a Streamable HTTP upstream) on an ephemeral port; with `tls`
+    (CERTFILE, KEYFILE) over https. Yields its URL."""
+    port = free_port()
+    p = subprocess.Popen([sys.executable, str(HERE / "crm_server.py"), str(port), *tls], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                if p.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"the upstream did not start: {p.stderr.read() if p.stderr else ''}")
+                time.sleep(0.05)
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}/mcp"
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def start_gateway(config: str, env: dict[str, str] | None = None) -> Iterator[Gateway]:
+    """`toolgate serve` with `config`, its environment toolgate's plus `env`."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "toolgate.toml"
         path.write_text(config)
@@ -107,7 +138,7 @@ def start_gateway(config: str) -> Iterator[Gateway]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "RUST_LOG": "warn"},
+            env={**os.environ, "RUST_LOG": "warn", **(env or {})},
         )
         stderr: list[str] = []
         assert p.stderr is not None and p.stdout is not None

@@ -6,12 +6,7 @@ the model as tool results it can read."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Awaitable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +20,7 @@ from agent_framework import (
     Message,
 )
 
-from conftest import Gateway, start_gateway, tokens_table
-
-HERE = Path(__file__).parent
+from conftest import Gateway, start_crm, start_gateway, tokens_table
 
 
 class ScriptedChatClient(FunctionInvocationLayer[Any], BaseChatClient[Any]):
@@ -52,31 +45,10 @@ class ScriptedChatClient(FunctionInvocationLayer[Any], BaseChatClient[Any]):
         return respond()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def crm() -> Iterator[str]:
     """The upstream, on an ephemeral port."""
-    port = free_port()
-    p = subprocess.Popen([sys.executable, str(HERE / "crm_server.py"), str(port)], stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if p.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the upstream did not start: {p.stderr.read() if p.stderr else ''}")
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        p.terminate()
-        p.wait(10)
+    yield from start_crm()
 
 
 @pytest.fixture
