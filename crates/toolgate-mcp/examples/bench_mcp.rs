@@ -176,6 +176,7 @@ fn median(rounds: &[Round]) -> (Round, [(f64, f64); 3]) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    toolgate_mcp::tls::install_provider();
     let args: Vec<String> = std::env::args().collect();
     let bin = args
         .get(1)

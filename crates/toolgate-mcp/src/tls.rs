@@ -124,8 +124,11 @@ pub(crate) fn http_client(ca: Option<&CaFile>) -> Result<reqwest_mcp::Client, St
         .map_err(|e| format!("cannot set up the HTTP client: {}", chain(&e)))
 }
 
-/// Installs rustls's `ring` provider as the process default, unless one is.
-fn install_provider() {
+/// Installs rustls's `ring` provider as the process default, unless one is. rmcp's
+/// HTTP client is built without a provider of its own: a program that builds rmcp
+/// clients itself (besides toolgate's upstream links, which call this) must call it
+/// first, or reqwest panics.
+pub fn install_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one first, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
