@@ -5,6 +5,7 @@ real clock, with generous tolerances."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 import pytest
@@ -26,15 +27,18 @@ FAIR = {
 }
 
 
+async def admit_and_record(policy: ToolRateLimitPolicy, order: list[str], tenant: str) -> None:
+    """Admits a call of ``tenant``, waiting if need be, and records its turn."""
+    permit = await policy.admit("search", tenant=tenant)
+    order.append(tenant)
+    permit.complete("success")
+
+
 async def test_a_flooding_tenant_delays_another_by_about_one_turn() -> None:
     policy = ToolRateLimitPolicy.from_dict(FAIR)
     (await policy.admit("search", tenant="a")).complete("success")
     order: list[str] = []
-
-    async def call(tenant: str) -> None:
-        permit = await policy.admit("search", tenant=tenant)
-        order.append(tenant)
-        permit.complete("success")
+    call = functools.partial(admit_and_record, policy, order)
 
     flood = [asyncio.create_task(call("a")) for _ in range(40)]  # two seconds' worth
     await asyncio.sleep(0.05)
@@ -52,11 +56,7 @@ async def test_weights_share_the_quota_three_to_one_while_both_wait() -> None:
     policy = ToolRateLimitPolicy.from_dict(FAIR)
     (await policy.admit("search", tenant="heavy")).complete("success")
     order: list[str] = []
-
-    async def call(tenant: str) -> None:
-        permit = await policy.admit("search", tenant=tenant)
-        order.append(tenant)
-        permit.complete("success")
+    call = functools.partial(admit_and_record, policy, order)
 
     tasks = [asyncio.create_task(call("heavy")) for _ in range(30)]
     tasks += [asyncio.create_task(call("light")) for _ in range(30)]

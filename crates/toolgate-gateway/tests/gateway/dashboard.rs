@@ -28,6 +28,35 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
+/// The Chromium binary, or `None` (the test then passes, saying so) unless
+/// `TOOLGATE_REQUIRE_CHROMIUM` is set, when its absence fails the test.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
+            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
+        );
+        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+    }
+    found
+}
+
+/// Saves a screenshot of `url` as `target/artifacts/NAME` (with a profile under
+/// `profile`) and checks that it is not empty.
+async fn screenshot(chrome: PathBuf, profile: PathBuf, url: String, name: &str) {
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let shot = artifacts.join(name);
+    let _ = std::fs::remove_file(&shot);
+    let arg = format!("--screenshot={}", shot.display());
+    tokio::task::spawn_blocking(move || run(&chrome, &profile, &[&arg], &url))
+        .await
+        .expect("join");
+    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    assert!(size > 1000, "screenshot saved at {}", shot.display());
+}
+
 fn run(chrome: &Path, profile: &Path, what: &[&str], url: &str) -> String {
     let out = Command::new(chrome)
         .args([
@@ -67,12 +96,7 @@ fn cell(dom: &str, tool: &str, class: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
-            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
-        );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let s = start(toolgate_gateway::EXAMPLE_CONFIG).await;
@@ -134,17 +158,7 @@ async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
     assert!(after.contains("circuit-closed"), "{after}");
     assert!(after.contains("live · 3 tools"), "{after}");
 
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
-    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let shot = artifacts.join("dashboard.png");
-    let _ = std::fs::remove_file(&shot);
-    let arg = format!("--screenshot={}", shot.display());
-    let (p4, u4) = (profile.join("c"), url.clone());
-    tokio::task::spawn_blocking(move || run(&chrome, &p4, &[&arg], &u4))
-        .await
-        .expect("join");
-    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 1000, "screenshot saved at {}", shot.display());
+    screenshot(chrome, profile.join("c"), url.clone(), "dashboard.png").await;
     let _ = std::fs::remove_dir_all(&profile);
 }
 
@@ -152,12 +166,7 @@ async fn the_dashboard_shows_every_tool_and_updates_after_admits() {
 /// and the dead letters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_mesh_lag_and_dead_letters_per_tool() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
-            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
-        );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let nats = toolgate_mesh::testing::NatsServer::start();
@@ -223,12 +232,7 @@ fn peak(dom: &str, tool: &str, class: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_plots_each_tool_and_breaks_a_tool_down_by_tenant_on_click() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
-            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
-        );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let s = start(toolgate_gateway::EXAMPLE_CONFIG).await;
@@ -305,32 +309,15 @@ async fn the_dashboard_plots_each_tool_and_breaks_a_tool_down_by_tenant_on_click
     );
     assert!(picked.contains("2 tenants active"), "{picked}");
 
-    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/artifacts");
-    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let shot = artifacts.join("dashboard-breakdown.png");
-    let _ = std::fs::remove_file(&shot);
-    let arg = format!("--screenshot={}", shot.display());
-    let (p3, u3) = (
-        profile.join("c"),
-        format!("{}/#tool=lookup_customer", s.base),
-    );
-    tokio::task::spawn_blocking(move || run(&chrome, &p3, &[&arg], &u3))
-        .await
-        .expect("join");
-    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 1000, "screenshot saved at {}", shot.display());
+    let url = format!("{}/#tool=lookup_customer", s.base);
+    screenshot(chrome, profile.join("c"), url, "dashboard-breakdown.png").await;
     let _ = std::fs::remove_dir_all(&profile);
 }
 
 /// With tokens, a tenant's token sees its own series and its own row only (#17).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_dashboard_shows_its_own_activity_only() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("TOOLGATE_REQUIRE_CHROMIUM").is_none(),
-            "TOOLGATE_REQUIRE_CHROMIUM is set but no chromium binary was found"
-        );
-        eprintln!("SKIPPED: no chromium binary; scripts/test.d/15-chromium.sh installs it");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let token = |t: &str| {
