@@ -171,7 +171,7 @@ fn gate_and_plan<'c>(
             t.stats.on_reject(&r, call.tenant);
             return Err(r);
         }
-        let pass = match t.gates(now, call.tenant) {
+        let pass = match t.gates(now, call) {
             Ok(pass) => pass,
             Err(d) => return Err(t.refuse(d, call.tenant)),
         };

@@ -116,10 +116,7 @@ impl ToolRuntime {
         if self.stats.latency.too_late(now, call.deadline_at()) {
             return Err(Rejection::past_deadline(self.name.clone()).into());
         }
-        if let Some(f) = &self.fair {
-            f.gate(&self.name, &self.quotas, call.priority_class(), now)?;
-        }
-        let pass = self.gates(now, call.tenant)?;
+        let pass = self.gates(now, call)?;
         match self.try_quotas(call, now) {
             Ok(mut admission) => {
                 admission.probe = pass.probe;
@@ -278,13 +275,17 @@ impl ToolRuntime {
 
     // --- the gates ---
 
-    /// The gates, in the order every path asks them: the upstream's pause, its
-    /// spreading (a slot claimed), the circuit breaker (a half-open probe slot
-    /// taken). A refusal leaves nothing taken. (`try_admit_fast` skips them only
+    /// The gates, in the order every path asks them: the fair queue (calls of the
+    /// class of `call` or a higher one waiting), the upstream's pause, its spreading
+    /// (a slot claimed), the circuit breaker (a half-open probe slot taken). A
+    /// refusal leaves nothing taken. (`try_admit_fast` skips them only
     /// while none has a say, see [`ToolRuntime::ungated`]; a waiter asks them again
     /// through [`ToolRuntime::gates_on_waking`].)
-    pub(crate) fn gates(&self, now: Nanos, tenant: Option<&str>) -> Result<Pass, Denial> {
-        let up = &*self.upstream;
+    pub(crate) fn gates(&self, now: Nanos, call: &Call<'_>) -> Result<Pass, Denial> {
+        if let Some(f) = &self.fair {
+            f.gate(&self.name, &self.quotas, call.priority_class(), now)?;
+        }
+        let (up, tenant) = (&*self.upstream, call.tenant);
         up.pause_gate(now, tenant)?;
         let spread = up.spread_gate(now, tenant)?;
         let probe = self

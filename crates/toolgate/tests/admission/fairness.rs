@@ -281,3 +281,25 @@ fn a_wait_that_the_calls_ahead_push_past_max_wait_is_refused_at_once() {
     assert_eq!(r.reason().as_str(), "max_wait_exceeded");
     assert_eq!(clock.now(), now);
 }
+
+#[test]
+fn a_reservation_does_not_go_before_calls_waiting_in_the_fair_queue() {
+    let toml = FAIR.replace("burst = 1", "burst = 2");
+    let (engine, clock) = engine(&toml);
+    let _spent: Vec<_> = (0..2)
+        .map(|_| engine.try_admit(&Call::new("search")).unwrap())
+        .collect();
+    // The head reserves 100 ms; the second call is parked behind it (its task is not
+    // polled again here, so the turn does not pass on).
+    let _waiting = enqueue(&engine, "a", Priority::Default, 2);
+    // By 300 ms the bucket holds a token beyond the head's: the quotas alone would
+    // admit a reservation, but the parked call of a's waits for it.
+    clock.advance(ms(300));
+    let r = engine.try_admit_all(&[Call::new("search").tenant("b")]);
+    assert_rejected(
+        r.map(|mut v| v.remove(0)),
+        "rate_limited",
+        "tools.search.rate",
+        Some(ms(100)),
+    );
+}
