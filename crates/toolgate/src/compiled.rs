@@ -92,6 +92,10 @@ impl Compiled {
                     .collect();
                 let mut tool = compile_tool(name, t, list, shared, old);
                 tool.fair = fair_queue(config, t, &weights, shared);
+                if tool.fair.is_some() {
+                    // The fast path cannot see parked calls between two turns.
+                    tool.fast = None;
+                }
                 (name.as_str().into(), Arc::new(tool))
             })
             .collect();

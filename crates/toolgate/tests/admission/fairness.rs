@@ -303,3 +303,19 @@ fn a_reservation_does_not_go_before_calls_waiting_in_the_fair_queue() {
         Some(ms(100)),
     );
 }
+
+#[test]
+fn an_immediate_call_does_not_go_before_calls_waiting_in_the_fair_queue() {
+    let (engine, clock) = engine(FAIR);
+    engine
+        .try_admit(&Call::new("search"))
+        .unwrap()
+        .complete(Completion::success());
+    // The head reserves 100 ms; the second call is parked behind it.
+    let _waiting = enqueue(&engine, "a", Priority::Default, 2);
+    // By 250 ms the one-token bucket is full again: the quota alone would admit b now
+    // (a one-bucket tool's one-word fast path did), but a's parked call comes first.
+    clock.advance(ms(250));
+    let r = engine.try_admit(&Call::new("search").tenant("b"));
+    assert_rejected(r, "rate_limited", "tools.search.rate", Some(ms(100)));
+}
