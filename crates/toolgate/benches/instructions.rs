@@ -12,7 +12,8 @@
 //! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`), `tenant`
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
-//! as in the `quotas_per_call` criterion group) and `governor_keyed` (governor's
+//! as in the `quotas_per_call` criterion group), `rejected` (`Engine::try_admit`
+//! refused by a spent bucket) and `governor_keyed` (governor's
 //! keyed limiter, the same tenants). Without arguments (as under
 //! `cargo test --benches`) each form runs a few calls.
 
@@ -50,6 +51,11 @@ fn run(form: &str, n: u64) {
                 let call = Call::new("t").tenant(&keys[i as usize % keys.len()]);
                 drop(e.try_admit(black_box(&call)).unwrap());
             });
+        }
+        "rejected" => {
+            let e = engine("[tools.t]\nrate = \"1/h\"\nburst = 1");
+            drop(e.try_admit(&call).unwrap());
+            (0..n).for_each(|_| drop(black_box(e.try_admit(black_box(&call))).unwrap_err()));
         }
         "four" => {
             let e = engine(FOUR_QUOTAS);

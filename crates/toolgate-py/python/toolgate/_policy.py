@@ -23,7 +23,7 @@ from ._config import RateLimit, ToolRateLimit, config_json, limits_config, read_
 from ._errors import AdmissionRejected
 from ._permits import Guard, hold, rejection_result, wait
 from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
-from ._urgency import NO_OPTIONS, Deadline, Priority, check_priority, current, options, options_of
+from ._urgency import NO_OPTIONS, Deadline, Priority, check_priority, current, current_options, options, options_of
 
 if TYPE_CHECKING:
     from agent_framework import FunctionInvocationContext
@@ -179,12 +179,13 @@ class ToolRateLimitPolicy:
         """Admits now or rejects now, never waits. Returns the value, raises nothing
         for a rejection (``ValueError`` for an invalid ``priority`` or ``deadline``,
         see :func:`toolgate.call_options`)."""
-        o = options(priority, deadline)
-        if o is NO_OPTIONS:
-            # The common call: no keyword arguments to pass across.
+        if priority is None and deadline is None and current_options() is NO_OPTIONS:
+            # The common call: no options to build, none to pass across.
+            o = NO_OPTIONS
             r = self._engine.try_admit(tool, tenant, tokens)
         else:
-            r = self._engine.try_admit(tool, tenant, tokens, priority=o.priority, deadline=o.seconds_left())
+            o = options(priority, deadline)
+            r = self._engine.try_admit(tool, tenant, tokens, o.priority, o.seconds_left())
         if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(r, Permit) else logging.INFO):
             self._report(tool, r, tenant, o.priority)
         return r
@@ -213,11 +214,12 @@ class ToolRateLimitPolicy:
         Cancel safety: cancelling the awaiting task while it waits leaves the
         accounting exactly as if the call had never come.
         """
-        o = options(priority, deadline)
-        if o is NO_OPTIONS:
+        if priority is None and deadline is None and current_options() is NO_OPTIONS:
+            o = NO_OPTIONS
             r = self._engine.admit(tool, tenant, tokens, max_wait)
         else:
-            r = self._engine.admit(tool, tenant, tokens, max_wait, priority=o.priority, deadline=o.seconds_left())
+            o = options(priority, deadline)
+            r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
         decided = await wait(r) if isinstance(r, Waiting) else r
         if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
             self._report(tool, decided, tenant, o.priority)

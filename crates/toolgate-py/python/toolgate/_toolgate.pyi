@@ -106,7 +106,6 @@ class Engine:
         tool: str,
         tenant: str | None = None,
         tokens: int = 0,
-        *,
         priority: str | None = None,
         deadline: float | None = None,
     ) -> Permit | Rejection:
@@ -120,7 +119,6 @@ class Engine:
         tenant: str | None = None,
         tokens: int = 0,
         max_wait: float | None = None,
-        *,
         priority: str | None = None,
         deadline: float | None = None,
     ) -> Permit | Rejection | Waiting:

@@ -62,6 +62,9 @@ class CallOptions:
 NO_OPTIONS = CallOptions()
 """The options of a call that names none, outside any :func:`call_options` block."""
 _current: contextvars.ContextVar[CallOptions] = contextvars.ContextVar("toolgate_call_options", default=NO_OPTIONS)
+current_options = _current.get
+"""The options of the enclosing :func:`call_options` blocks: the context variable's
+own ``get``, which the admission path calls without a Python frame of its own."""
 
 
 def check_priority(value: object) -> Priority | None:
