@@ -13,7 +13,9 @@
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
 //! as in the `quotas_per_call` criterion group), `rejected` (`Engine::try_admit`
-//! refused by a spent bucket) and `governor_keyed` (governor's
+//! refused by a spent bucket), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
+//! ready attempt, and admission plus completion by hand, on a resilient tool) and
+//! `governor_keyed` (governor's
 //! keyed limiter, the same tenants). Without arguments (as under
 //! `cargo test --benches`) each form runs a few calls.
 
@@ -21,13 +23,29 @@
 
 use std::hint::black_box;
 
-use toolgate::{Call, Completion};
+use std::time::Duration;
+
+use toolgate::{AttemptResult, Call, Completion, RunOptions};
 
 #[path = "support.rs"]
 #[allow(dead_code)]
 mod support;
 
 use support::{engine, governor_direct, governor_keyed, tenant_keys, FOUR_QUOTAS, OPEN_BUCKET};
+
+/// A tool with a closed breaker and retries configured (as in the `pipeline` bench):
+/// `pipeline_run` runs a ready attempt through `Engine::run`, `pipeline_bare` admits
+/// and completes the same call by hand.
+const PIPELINE_TOOL: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000\n\
+    idempotent = true\n[tools.t.circuit]\n[tools.t.retry]";
+
+fn poll_once<F: std::future::Future>(f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(f).poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a ready future was pending"),
+    }
+}
 
 fn run(form: &str, n: u64) {
     let e = engine(OPEN_BUCKET);
@@ -56,6 +74,21 @@ fn run(form: &str, n: u64) {
             let e = engine("[tools.t]\nrate = \"1/h\"\nburst = 1");
             drop(e.try_admit(&call).unwrap());
             (0..n).for_each(|_| drop(black_box(e.try_admit(black_box(&call))).unwrap_err()));
+        }
+        "pipeline_bare" | "pipeline_run" => {
+            let e = engine(PIPELINE_TOOL);
+            let run = form == "pipeline_run";
+            (0..n).for_each(|_| {
+                if run {
+                    let out = poll_once(e.run(black_box(&call), RunOptions::new(), |ctx| {
+                        std::future::ready(AttemptResult::<u32, ()>::success(ctx.number()))
+                    }));
+                    black_box(out.unwrap());
+                } else {
+                    let permit = e.try_admit(black_box(&call)).unwrap();
+                    permit.complete(Completion::success().latency(Duration::ZERO));
+                }
+            });
         }
         "four" => {
             let e = engine(FOUR_QUOTAS);

@@ -21,7 +21,6 @@
 //! `slow_call`, and asking again early costs one refused call, while waiting too long
 //! delays the recovery.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -29,6 +28,9 @@ use crate::clock::{nanos, Nanos};
 use crate::config::{CircuitConfig, CircuitWindow, OnDegraded};
 use crate::sync::Mutex;
 use crate::vocab::Outcome;
+use window::{Outcomes, Sample};
+
+mod window;
 
 /// The state of a tool's circuit breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,7 +64,7 @@ pub(crate) struct Breaker {
 #[derive(Debug)]
 struct Inner {
     state: CircuitState,
-    window: VecDeque<Sample>,
+    window: Outcomes,
     /// While open or degraded-reject: the end of the refusal period (the next call
     /// after it goes half-open).
     refuse_until: Nanos,
@@ -73,13 +75,6 @@ struct Inner {
     probe_successes: u32,
     /// When the youngest probe was admitted.
     last_probe_at: Nanos,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    at: Nanos,
-    failed: bool,
-    invalid: bool,
 }
 
 /// What the breaker says about a new call.
@@ -142,7 +137,7 @@ impl Breaker {
             state: AtomicU8::new(CircuitState::Closed.code()),
             inner: Mutex::new(Inner {
                 state: CircuitState::Closed,
-                window: VecDeque::new(),
+                window: Outcomes::default(),
                 refuse_until: 0,
                 trips: 0,
                 probes_in_flight: 0,
@@ -272,22 +267,22 @@ impl Breaker {
             // A call admitted before the circuit started refusing: its outcome is stale.
             return;
         }
-        g.window.push_back(Sample {
+        g.window.push(Sample {
             at: now,
             failed,
             invalid,
         });
         self.trim(&mut g, now);
-        let n = g.window.len() as u32;
+        let n = u32::try_from(g.window.len()).unwrap_or(u32::MAX);
         if n < self.config.min_calls {
             return;
         }
-        let failures = g.window.iter().filter(|s| s.failed).count() as f64;
+        let failures = g.window.failed() as f64;
         if failures / f64::from(n) >= self.config.failure_rate {
             return self.trip(&mut g, now, CircuitState::Open);
         }
         if let Some(rate) = self.config.degraded_rate {
-            let invalids = g.window.iter().filter(|s| s.invalid).count() as f64;
+            let invalids = g.window.invalid() as f64;
             let degraded = invalids / f64::from(n) >= rate;
             match (g.state, degraded) {
                 (CircuitState::Closed, true) if self.rejects_degraded() => {
@@ -322,17 +317,17 @@ impl Breaker {
         match self.config.window {
             CircuitWindow::Count(n) => {
                 while g.window.len() > n as usize {
-                    g.window.pop_front();
+                    g.window.pop();
                 }
             }
             CircuitWindow::Time(d) => {
                 let span = nanos(d);
                 while g
                     .window
-                    .front()
-                    .is_some_and(|s| s.at.saturating_add(span) <= now)
+                    .oldest()
+                    .is_some_and(|at| at.saturating_add(span) <= now)
                 {
-                    g.window.pop_front();
+                    g.window.pop();
                 }
             }
         }

@@ -3,13 +3,15 @@
 //! [`crate::Call::deadline`]).
 //!
 //! A fixed ring of the last [`Latencies::WINDOW`] latencies, lock-free: a completion
-//! writes one slot (one `fetch_add`, one store) and, while the ring fills and then on
-//! every [`Latencies::REFRESH`]th completion, sorts a copy of the ring to refresh the
-//! p90 it keeps in one word. A call with a deadline reads that word: one load. Bounded
-//! in memory (65 words a tool) and in time (a sort of 64 numbers every 8th
-//! completion), it follows a change of the upstream's speed within `WINDOW`
-//! completions. Only completions that carry a latency feed it; before any did, the
-//! expected run time is zero (the deadline alone bounds the wait).
+//! writes one slot (one `fetch_add`, one store) and nothing else. The p90 is worked out
+//! when a call with a deadline asks for it, and kept with the count it was worked out
+//! at: asked again, it is worked out anew (a sort of a copy of the ring) while the ring
+//! fills and then once every [`Latencies::REFRESH`] completions, and read from one
+//! word otherwise. So completions never pay for it, calls without a deadline never
+//! read it, and it follows a change of the upstream's speed within `WINDOW`
+//! completions. Bounded in memory (66 words a tool). Only completions that carry a
+//! latency feed it; before any did, the expected run time is zero (the deadline alone
+//! bounds the wait).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -25,6 +27,8 @@ pub(crate) struct Latencies {
     next: AtomicUsize,
     /// The p90 of the ring at its last refresh, in nanoseconds.
     p90: AtomicU64,
+    /// The count of recorded latencies `p90` was worked out at (`usize::MAX`: never).
+    p90_at: AtomicUsize,
 }
 
 // === impl Latencies ===
@@ -40,6 +44,7 @@ impl Latencies {
             ring: std::array::from_fn(|_| AtomicU64::new(0)),
             next: AtomicUsize::new(0),
             p90: AtomicU64::new(0),
+            p90_at: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -48,15 +53,24 @@ impl Latencies {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         let stored = nanos(latency).saturating_add(1);
         self.ring[i % Self::WINDOW].store(stored, Ordering::Relaxed);
-        if i < Self::WINDOW || (i + 1).is_multiple_of(Self::REFRESH) {
-            self.p90.store(self.quantile_90(), Ordering::Relaxed);
-        }
     }
 
     /// The expected run time of a call: the p90 latency of the latest completions
-    /// (as of the last refresh), zero before any reported one.
+    /// (at most `REFRESH` completions old once the ring is full), zero before any
+    /// reported one.
     pub(crate) fn p90(&self) -> Nanos {
-        self.p90.load(Ordering::Relaxed)
+        let n = self.next.load(Ordering::Relaxed);
+        let at = self.p90_at.load(Ordering::Relaxed);
+        let stale = at == usize::MAX
+            || (n != at && (n <= Self::WINDOW || n >= at.saturating_add(Self::REFRESH)));
+        if !stale {
+            return self.p90.load(Ordering::Relaxed);
+        }
+        // Two calls may work it out at once: both store what they saw, either is right.
+        let v = self.quantile_90();
+        self.p90.store(v, Ordering::Relaxed);
+        self.p90_at.store(n, Ordering::Relaxed);
+        v
     }
 
     /// Whether a call started at `now` is expected to finish after its `deadline`,
