@@ -26,6 +26,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::poll_fn;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -34,7 +35,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos};
 use crate::denial::Denial;
 use crate::quota::{CostOf, Quota};
-use crate::sync::Mutex;
+use crate::sync::{AtomicU64, Mutex};
 use crate::vocab::{Call, Priority, Rejection};
 use crate::waiter::WaitSlot;
 
@@ -56,6 +57,9 @@ pub(crate) struct FairQueue {
     weights: Arc<HashMap<Box<str>, u32>>,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
+    /// `State::waiting`, published after each change: read without the lock by every
+    /// immediate decision of the tool ([`FairQueue::busy_for`]).
+    waiting: [AtomicU64; 3],
 }
 
 /// A call's place in the fair queue: parked, or the head. Leaving (dropping it)
@@ -132,14 +136,23 @@ impl FairQueue {
             weights,
             clock,
             state: Mutex::new(State::default()),
+            waiting: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
     /// Whether a call of class `p` that could be admitted at once would go ahead of
     /// a waiting call of its class or a higher one.
     pub(crate) fn busy_for(&self, p: Priority) -> bool {
-        let s = self.state.lock();
-        s.waiting[..=p as usize].iter().any(|&n| n > 0)
+        self.waiting[..=p as usize]
+            .iter()
+            .any(|n| n.load(Ordering::Acquire) > 0)
+    }
+
+    /// Publishes the waiting counts of `s` (held under the lock) for [`Self::busy_for`].
+    fn publish(&self, s: &State) {
+        for (published, &n) in self.waiting.iter().zip(&s.waiting) {
+            published.store(n as u64, Ordering::Release);
+        }
     }
 
     /// The gate an immediate call of `tool` (its `quotas`) and class `p` passes at
@@ -207,6 +220,7 @@ impl FairQueue {
             c.vtime = start;
             s.head = Some(seq);
             slot.move_to(0);
+            self.publish(&s);
             return Entered { ticket, ahead: 0 };
         }
         if flow.parked.is_empty() {
@@ -219,6 +233,7 @@ impl FairQueue {
             slot,
         });
         let ahead = s.ahead(class, start, seq);
+        self.publish(&s);
         Entered { ticket, ahead }
     }
 
@@ -279,6 +294,7 @@ impl FairQueue {
         if let Some(p) = s.unpark(class, &victim, seq) {
             p.slot.refuse(rejection);
         }
+        self.publish(&s);
         true
     }
 }
@@ -420,5 +436,6 @@ impl Drop for Ticket {
             let tenant = self.tenant.clone();
             s.unpark(self.class, &tenant, self.seq);
         }
+        self.queue.publish(&s);
     }
 }
