@@ -57,8 +57,9 @@ pub(crate) struct FairQueue {
     weights: Arc<HashMap<Box<str>, u32>>,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
-    /// `State::waiting`, published after each change: read without the lock by every
-    /// immediate decision of the tool ([`FairQueue::busy_for`]).
+    /// Calls of each class waiting (parked or head), counted from [`FairQueue::enter`]
+    /// to the drop of their [`Ticket`]: read without the lock by every immediate
+    /// decision of the tool ([`FairQueue::busy_for`]).
     waiting: [AtomicU64; 3],
 }
 
@@ -80,9 +81,6 @@ struct State {
     next_seq: u64,
     /// The call whose turn it is, if any.
     head: Option<u64>,
-    /// Calls of each class waiting (parked or head), to tell immediate calls that
-    /// they would jump the queue.
-    waiting: [usize; 3],
 }
 
 /// One priority class: its tenants' parked calls and its virtual time.
@@ -148,13 +146,6 @@ impl FairQueue {
             .any(|n| n.load(Ordering::Acquire) > 0)
     }
 
-    /// Publishes the waiting counts of `s` (held under the lock) for [`Self::busy_for`].
-    fn publish(&self, s: &State) {
-        for (published, &n) in self.waiting.iter().zip(&s.waiting) {
-            published.store(n as u64, Ordering::Release);
-        }
-    }
-
     /// The gate an immediate call of `tool` (its `quotas`) and class `p` passes at
     /// `now`: refused, as if by the tool's first rate quota and for one interval of
     /// it, while calls of its class or a higher one wait (it would jump them).
@@ -200,7 +191,7 @@ impl FairQueue {
         let mut s = self.state.lock();
         let seq = s.next_seq;
         s.next_seq += 1;
-        s.waiting[class] += 1;
+        self.waiting[class].fetch_add(1, Ordering::Release);
         let ticket = Ticket {
             queue: self.clone(),
             seq,
@@ -220,7 +211,6 @@ impl FairQueue {
             c.vtime = start;
             s.head = Some(seq);
             slot.move_to(0);
-            self.publish(&s);
             return Entered { ticket, ahead: 0 };
         }
         if flow.parked.is_empty() {
@@ -233,7 +223,6 @@ impl FairQueue {
             slot,
         });
         let ahead = s.ahead(class, start, seq);
-        self.publish(&s);
         Entered { ticket, ahead }
     }
 
@@ -265,36 +254,27 @@ impl FairQueue {
     /// when it has at least two more than `tenant`: refused with `rejection`, to make
     /// room for a call of `tenant` in a full queue. Whether one was.
     pub(crate) fn push_out(&self, tenant: Option<&str>, rejection: Rejection) -> bool {
-        let mine: Box<str> = tenant.unwrap_or("").into();
+        if !self.by_tenant {
+            return false;
+        }
+        let mine = tenant.unwrap_or("");
         let mut s = self.state.lock();
         let own: usize = s
             .classes
             .iter()
-            .filter_map(|c| c.flows.get(&mine))
+            .filter_map(|c| c.flows.get(mine))
             .map(|f| f.parked.len())
             .sum();
-        let Some((class, victim)) = s.largest_flow() else {
+        let Some((class, victim, len, seq)) = s.largest_flow() else {
             return false;
         };
-        let len = s.classes[class]
-            .flows
-            .get(&victim)
-            .map_or(0, |f| f.parked.len());
-        if !self.by_tenant || len < own + 2 {
+        if len < own + 2 {
             return false;
         }
-        let Some(seq) = s.classes[class]
-            .flows
-            .get(&victim)
-            .and_then(|f| f.parked.back())
-            .map(|p| p.seq)
-        else {
-            return false;
-        };
+        // It leaves the waiting count when its ticket is dropped, as every call does.
         if let Some(p) = s.unpark(class, &victim, seq) {
             p.slot.refuse(rejection);
         }
-        self.publish(&s);
         true
     }
 }
@@ -326,14 +306,17 @@ impl State {
         (higher + same + usize::from(self.head.is_some())) as u64
     }
 
-    /// The tenant (and its class) with the most parked calls.
-    fn largest_flow(&self) -> Option<(usize, Box<str>)> {
-        self.classes
+    /// The tenant with the most parked calls in one class: that class, the tenant,
+    /// how many, and its newest call's sequence number.
+    fn largest_flow(&self) -> Option<(usize, Box<str>, usize, u64)> {
+        let (i, t, len, seq) = self
+            .classes
             .iter()
             .enumerate()
-            .flat_map(|(i, c)| c.flows.iter().map(move |(t, f)| (f.parked.len(), i, t)))
-            .max_by_key(|(len, ..)| *len)
-            .map(|(_, i, t)| (i, t.clone()))
+            .flat_map(|(i, c)| c.flows.iter().map(move |(t, f)| (i, t, f)))
+            .filter_map(|(i, t, f)| Some((i, t, f.parked.len(), f.parked.back()?.seq)))
+            .max_by_key(|(_, _, len, _)| *len)?;
+        Some((i, t.clone(), len, seq))
     }
 
     /// Takes the parked call `seq` of `tenant` in `class` out of the queue.
@@ -355,7 +338,6 @@ impl State {
             // An idle tenant keeps no state: it starts afresh at the virtual time.
             c.flows.remove(tenant);
         }
-        self.waiting[class] -= 1;
         Some(p)
     }
 
@@ -382,8 +364,6 @@ impl State {
             return;
         };
         if let Some(p) = self.unpark(class, &tenant, seq) {
-            // Still waiting, now as the head.
-            self.waiting[class] += 1;
             let c = &mut self.classes[class];
             c.vtime = c.vtime.max(start);
             self.head = Some(seq);
@@ -420,9 +400,9 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut s = self.queue.state.lock();
+        self.queue.waiting[self.class].fetch_sub(1, Ordering::Release);
         if s.head == Some(self.seq) {
             s.head = None;
-            s.waiting[self.class] -= 1;
             // A tenant with nothing parked is idle: it keeps no state.
             let c = &mut s.classes[self.class];
             if c.flows
@@ -433,9 +413,7 @@ impl Drop for Ticket {
             }
             s.next_turn(self.queue.clock.now());
         } else if !self.slot.is_refused() {
-            let tenant = self.tenant.clone();
-            s.unpark(self.class, &tenant, self.seq);
+            s.unpark(self.class, &self.tenant, self.seq);
         }
-        self.queue.publish(&s);
     }
 }
