@@ -210,8 +210,7 @@ async fn take_turn(
     let now = clock.now();
     let limit = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
     let deadline = now.saturating_add(nanos(limit));
-    let cost = call.count.max(call.tokens);
-    let entered = fair.enter(call.tenant, call.priority_class(), cost, now);
+    let entered = fair.enter(call, now);
     match entered.ticket.turn(clock, deadline).await {
         FairTurn::Head => Turn::Head(entered.ticket),
         FairTurn::Refused(r) => Turn::Refused(r),

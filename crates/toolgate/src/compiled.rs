@@ -209,9 +209,10 @@ fn fair_queue(
     let pools = t.pools.iter().filter_map(|p| config.pools.get(p));
     let by_tenant = t.quota.fairness.is_some() || pools.clone().any(|p| p.fairness.is_some());
     let reserved = !t.quota.reserve.is_empty() || pools.clone().any(|p| !p.reserve.is_empty());
+    let in_tokens = t.quota.tokens.is_some() || pools.clone().any(|p| p.tokens.is_some());
     (by_tenant || reserved).then(|| {
         let clock = shared.clock.clone();
-        Arc::new(FairQueue::new(by_tenant, weights.clone(), clock))
+        Arc::new(FairQueue::new(by_tenant, in_tokens, weights.clone(), clock))
     })
 }
 
@@ -247,9 +248,7 @@ fn fast_path(quotas: &[Arc<Quota>]) -> Option<Arc<Cell>> {
     let [q] = quotas else {
         return None;
     };
-    // A reserve makes the answer depend on the call's class: the plan path decides.
-    let held = q.def.holds();
-    match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow || held) {
+    match (&q.slot, q.def.kind, q.def.cost_of, q.def.shadow) {
         (Slot::Single(cell), Kind::Bucket(_), CostOf::Requests, false) if cell.enable_fast() => {
             Some(cell.clone())
         }

@@ -53,6 +53,9 @@ pub(crate) struct FairQueue {
     /// Whether tenants are served by weight (`fairness = "tenant"`); otherwise every
     /// call is of one tenant and only classes order them.
     by_tenant: bool,
+    /// Whether a turn's cost is the call's token estimate (the tool or a pool has a
+    /// token budget) rather than its request count.
+    in_tokens: bool,
     /// `[tenants.ID] weight`, shared by every tool of a policy.
     weights: Arc<HashMap<Box<str>, u32>>,
     clock: Arc<dyn Clock>,
@@ -126,11 +129,13 @@ pub(crate) struct Entered {
 impl FairQueue {
     pub(crate) fn new(
         by_tenant: bool,
+        in_tokens: bool,
         weights: Arc<HashMap<Box<str>, u32>>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         Self {
             by_tenant,
+            in_tokens,
             weights,
             clock,
             state: Mutex::new(State::default()),
@@ -171,17 +176,14 @@ impl FairQueue {
         Err(Denial::until(r, now.saturating_add(wait)))
     }
 
-    /// Parks a call of `tenant` and class `p`, of `cost` (at least 1), at `now`; it
-    /// is the head at once when nothing else waits.
-    pub(crate) fn enter(
-        self: &Arc<Self>,
-        tenant: Option<&str>,
-        p: Priority,
-        cost: u64,
-        now: Nanos,
-    ) -> Entered {
+    /// Parks `call` at `now`; it is the head at once when nothing else waits. Its
+    /// turn costs its token estimate on a tool with a token budget, else its request
+    /// count (at least 1).
+    pub(crate) fn enter(self: &Arc<Self>, call: &Call<'_>, now: Nanos) -> Entered {
+        let (p, cost) = (call.priority_class(), call.count);
+        let cost = if self.in_tokens { call.tokens } else { cost };
         let tenant: Box<str> = if self.by_tenant {
-            tenant.unwrap_or("").into()
+            call.tenant.unwrap_or("").into()
         } else {
             "".into()
         };
@@ -236,10 +238,7 @@ impl FairQueue {
         at: Nanos,
         now: Nanos,
     ) -> (Ticket, Nanos) {
-        // A tool with a token budget counts turns in tokens, else in requests.
-        let tokens = quotas.iter().any(|q| q.def.cost_of == CostOf::Tokens);
-        let cost = if tokens { call.tokens } else { call.count };
-        let e = self.enter(call.tenant, call.priority_class(), cost, now);
+        let e = self.enter(call, now);
         let enforced = quotas.iter().filter(|q| !q.def.shadow);
         let pace = enforced
             .filter(|q| q.def.cost_of == CostOf::Requests)

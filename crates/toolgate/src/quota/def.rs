@@ -81,11 +81,6 @@ impl QuotaDef {
         self
     }
 
-    /// Whether some class may not use all of it.
-    pub(crate) fn holds(&self) -> bool {
-        self.hold != [0; 3]
-    }
-
     /// What `call`'s class may not use of it.
     #[inline]
     pub(crate) fn hold_for(&self, call: &Call<'_>) -> u64 {
