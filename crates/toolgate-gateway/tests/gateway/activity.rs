@@ -4,17 +4,11 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use toolgate_gateway::auth::hash_token;
 
-use crate::support::{eventually, start, Server};
+use crate::support::{eventually, start, token_table, Server};
 
 fn config() -> String {
-    let token = |t: &str, admin: bool| {
-        format!(
-            "[[gateway.tokens]]\ntenant = \"{t}\"\nsha256 = \"{}\"\nadmin = {admin}\n",
-            hash_token(&format!("{t}-secret"))
-        )
-    };
+    let token = token_table;
     format!(
         "{}{}{}[tools.crm]\nrate = \"2/h\"\nburst = 2\n[tools.other]\nconcurrency = 5\n",
         token("acme", false),
@@ -24,7 +18,7 @@ fn config() -> String {
 }
 
 async fn get_as(s: &Server, token: &str, path: &str) -> (u16, Value) {
-    let r = s.send(s.http.get(s.url(path)).bearer_auth(token)).await;
+    let r = s.get_as(token, path).await;
     (r.status, r.body)
 }
 

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::start;
+use crate::support::{start, token_table};
 
 fn chromium() -> Option<PathBuf> {
     ["chromium", "chromium-browser", "google-chrome"]
@@ -320,12 +320,7 @@ async fn a_tenants_dashboard_shows_its_own_activity_only() {
     let Some(chrome) = chromium_or_skip() else {
         return;
     };
-    let token = |t: &str| {
-        format!(
-            "[[gateway.tokens]]\ntenant = \"{t}\"\nsha256 = \"{}\"\n",
-            toolgate_gateway::auth::hash_token(&format!("{t}-secret"))
-        )
-    };
+    let token = |t: &str| token_table(t, false);
     let config = format!(
         "{}{}[tools.crm]\nrate = \"2/h\"\nburst = 2\n",
         token("acme"),

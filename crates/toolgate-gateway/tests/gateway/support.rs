@@ -76,6 +76,11 @@ impl Server {
         .await
     }
 
+    pub async fn get_as(&self, token: &str, path: &str) -> Res {
+        self.send(self.http.get(self.url(path)).bearer_auth(token))
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Res {
         self.send(self.http.get(self.url(path))).await
     }
@@ -202,4 +207,12 @@ pub fn responses(bytes: &[u8]) -> Vec<RawRes> {
         text = rest[len..].to_string();
     }
     out
+}
+
+/// A `[[gateway.tokens]]` entry for `tenant`, whose token is `"{tenant}-secret"`.
+pub fn token_table(tenant: &str, admin: bool) -> String {
+    format!(
+        "[[gateway.tokens]]\ntenant = \"{tenant}\"\nsha256 = \"{}\"\nadmin = {admin}\n",
+        toolgate_gateway::auth::hash_token(&format!("{tenant}-secret"))
+    )
 }

@@ -2,17 +2,11 @@
 //! on `GET /v1/tools`, never another tenant's activity; an admin token sees totals.
 
 use serde_json::{json, Value};
-use toolgate_gateway::auth::hash_token;
 
-use crate::support::{start, Server};
+use crate::support::{start, token_table, Server};
 
 fn config() -> String {
-    let token = |t: &str, admin: bool| {
-        format!(
-            "[[gateway.tokens]]\ntenant = \"{t}\"\nsha256 = \"{}\"\nadmin = {admin}\n",
-            hash_token(&format!("{t}-secret"))
-        )
-    };
+    let token = token_table;
     format!(
         "{}{}{}\
          [tools.crm]\nrate = \"10/h\"\nburst = 10\npartition = \"tenant\"\n\
@@ -24,7 +18,7 @@ fn config() -> String {
 }
 
 async fn get(s: &Server, token: &str, path: &str) -> Value {
-    let r = s.send(s.http.get(s.url(path)).bearer_auth(token)).await;
+    let r = s.get_as(token, path).await;
     assert_eq!(r.status, 200, "{r:?}");
     r.body
 }
