@@ -69,16 +69,19 @@ def rejections(outputs: list[str]) -> list[dict[str, Any]]:
     return [json.loads(o) for o in outputs if "rejected_by" in o]
 
 
+def limited(shape: str, policy: ToolRateLimitPolicy, tool: Any) -> list[Any]:
+    """``tool`` under ``policy``, by an input guardrail or by the wrapper."""
+    if shape == "guardrail":
+        tool.tool_input_guardrails = [admission_guardrail(policy)]
+        return [tool]
+    return limit_tools(policy, [tool])
+
+
 @pytest.mark.parametrize("shape", ["guardrail", "wrapper"])
 async def test_rejected_calls_never_run_and_the_model_sees_why(shape: str) -> None:
     policy = ToolRateLimitPolicy(limits={"lookup_customer": RateLimit(2, 1.0, burst=2)}, clock=ManualClock())
     ran: Counter[str] = Counter()
-    tool = lookup_tool(ran)
-    if shape == "guardrail":
-        tool.tool_input_guardrails = [admission_guardrail(policy)]
-        tools: list[Any] = [tool]
-    else:
-        tools = limit_tools(policy, [tool])
+    tools = limited(shape, policy, lookup_tool(ran))
     model = ScriptedModel()
     agent = Agent(name="support", model=model, tools=tools)
     result = await Runner.run(agent, "look up 0-4", run_config=RunConfig(tracing_disabled=True))
@@ -120,12 +123,7 @@ async def test_priority_and_deadline_come_from_the_run_context_or_call_options(s
     decisions: list[Decision] = []
     policy = ToolRateLimitPolicy(limits={"lookup_customer": RateLimit(100)}, on_decision=decisions.append)
     ran: Counter[str] = Counter()
-    tool = lookup_tool(ran)
-    if shape == "guardrail":
-        tool.tool_input_guardrails = [admission_guardrail(policy)]
-        tools: list[Any] = [tool]
-    else:
-        tools = limit_tools(policy, [tool])
+    tools = limited(shape, policy, lookup_tool(ran))
     config = RunConfig(tracing_disabled=True)
     past = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1)
     model = ScriptedModel()
