@@ -248,7 +248,7 @@ fn a_full_fair_queue_pushes_out_the_newest_call_of_the_tenant_with_the_most() {
         .unwrap()
         .complete(Completion::success());
     let mut a = enqueue(&engine, "a", Priority::Default, 4);
-    let b = enqueue(&engine, "b", Priority::Default, 1);
+    let mut b = enqueue(&engine, "b", Priority::Default, 1);
     // a's newest is refused with queue_full, at once; b waits in its place.
     let (_, mut newest) = a.pop().unwrap();
     let r = assert_ready!(newest.poll()).unwrap_err();
@@ -256,7 +256,8 @@ fn a_full_fair_queue_pushes_out_the_newest_call_of_the_tenant_with_the_most() {
     for (_, t) in a.iter_mut() {
         assert_pending!(t.poll());
     }
-    assert_eq!(b.len(), 1);
+    assert_pending!(b[0].1.poll(), "b waits in the room made for it");
+    assert_eq!(engine.tool_state("search", None).unwrap().waiting, 4);
     // b has one waiting and a three: a newcomer of a's is refused, not pushed in.
     let call = Call::new("search").tenant("a");
     let mut more = task::spawn(engine.admit(&call));
