@@ -62,13 +62,45 @@ pub(crate) fn try_admit_tool(
     }
 }
 
+/// The answer `call` of `tool` (just looked up) gets at once, in memory: `None` when
+/// only [`admit`] can give it (a shared store, a reload under way, or a refusal the
+/// call may wait out). The same decision [`admit`] would make first, without its
+/// future.
+pub(crate) fn decide_now(
+    live: &Live,
+    tool: &Arc<ToolRuntime>,
+    call: &Call<'_>,
+) -> Option<Result<Permit, Rejection>> {
+    if live.shared.store.is_some() {
+        return None;
+    }
+    match tool.try_admit(call, live.shared.now()) {
+        Ok(admission) => Some(Ok(Permit::admitted(tool.clone(), admission))),
+        Err(d) if d.stale => None,
+        Err(d)
+            if d.can_wait
+                && (tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some()) =>
+        {
+            None
+        }
+        Err(d) => Some(Err(tool.refuse(d, call.tenant))),
+    }
+}
+
 /// Admits `call`, waiting (`waits`: when the tool's `on_limit` is `"wait"` or the
 /// call sets its own `max_wait`, see [`crate::Engine::admit`]) or not (see
 /// [`crate::Engine::admit_now`]): here, then in the shared store if there is one; a
 /// refusal is counted. (One async function from the facade down to the wait path, so
 /// that a waiting call's task polls as few nested futures as before.)
-pub(crate) async fn admit(live: &Live, call: &Call<'_>, waits: Waits) -> Result<Permit, Rejection> {
-    let mut tool = match resolve(live, call) {
+pub(crate) async fn admit(
+    live: &Live,
+    resolved: Option<Arc<ToolRuntime>>,
+    call: &Call<'_>,
+    waits: Waits,
+) -> Result<Permit, Rejection> {
+    // `resolved`: the call's tool, looked up by its name a moment ago (a run's first
+    // attempt); a reload that retires its plan sends the call to the new policy.
+    let mut tool = match resolved.map_or_else(|| resolve(live, call), Ok) {
         Ok(t) => t,
         Err(unknown) => return unknown,
     };

@@ -26,11 +26,9 @@ struct Run<'r, 'k> {
     call: &'r Call<'r>,
     options: RunOptions<'k>,
     tool: Option<Arc<ToolRuntime>>,
-    /// The tool's retry settings, whether or not this call may be retried.
-    settings: Option<RetryRuntime>,
     /// Whether the call may be retried: an idempotent tool, or a key.
     retries: bool,
-    clock: Arc<dyn Clock>,
+    clock: &'r dyn Clock,
     deadline_at: Option<Nanos>,
     jitter: fn() -> f64,
 }
@@ -63,15 +61,17 @@ where
 impl<'r, 'k> Run<'r, 'k> {
     fn new(live: &'r Live, call: &'r Call<'r>, options: RunOptions<'k>) -> Self {
         let tool = live.compiled().tools.get(call.tool).cloned();
-        let settings = tool.as_ref().and_then(|t| t.retry.clone());
+        let settings = tool.as_ref().and_then(|t| t.retry.as_ref());
         // Retries only for idempotent tools or calls with a key.
         let retries =
             tool.as_ref().is_some_and(|t| t.idempotent) || options.idempotency_key.is_some();
-        let clock = live.shared.clock.clone();
+        // Borrowed, not shared: the run lives within `live`'s borrow (two reference
+        // counts fewer per call).
+        let clock = &*live.shared.clock;
         let start = clock.now();
         let deadline_at = options
             .deadline
-            .or(settings.as_ref().map(|s| s.config.deadline))
+            .or(settings.map(|s| s.config.deadline))
             .map(|d| start.saturating_add(nanos(d)));
         // The call's own deadline (`Call::deadline`) bounds the run too.
         let deadline_at = match (deadline_at, call.deadline_at()) {
@@ -83,7 +83,6 @@ impl<'r, 'k> Run<'r, 'k> {
             call,
             options,
             tool,
-            settings,
             retries,
             clock,
             deadline_at,
@@ -91,9 +90,14 @@ impl<'r, 'k> Run<'r, 'k> {
         }
     }
 
+    /// The tool's retry settings, whether or not this call may be retried.
+    fn settings(&self) -> Option<&RetryRuntime> {
+        self.tool.as_ref()?.retry.as_ref()
+    }
+
     /// The retry settings, when this call may be retried.
     fn retry(&self) -> Option<&RetryRuntime> {
-        self.settings.as_ref().filter(|_| self.retries)
+        self.settings().filter(|_| self.retries)
     }
 
     /// Every attempt, each admitted, run, completed and followed by a retry or the
@@ -108,14 +112,16 @@ impl<'r, 'k> Run<'r, 'k> {
         Fut: Future<Output = AttemptResult<T, E>>,
     {
         let mut tally = Tally {
-            history: Vec::new(),
+            // Most calls take one attempt: room for it, without the growth policy's
+            // first step (four records).
+            history: Vec::with_capacity(1),
             last_error: None,
             last_status: None,
         };
         loop {
             let number = u32::try_from(tally.history.len()).unwrap_or(u32::MAX - 1) + 1;
             // 1. Admission, never waiting past the deadline.
-            let permit = match self.admit(first.take()).await {
+            let permit = match self.admit(first.take(), number).await {
                 Ok(p) => p,
                 Err(r) if number == 1 => return Err(ExecuteError::Rejected(r)),
                 Err(r) => return Err(ExecuteError::Tool(self.not_admitted(r, number, tally))),
@@ -157,7 +163,7 @@ impl<'r, 'k> Run<'r, 'k> {
 
     /// Step 1: the attempt's admission (`first`, when it was admitted already),
     /// waiting only as the tool says and never past the call's deadline.
-    async fn admit(&self, first: Option<Permit>) -> Result<Permit, Rejection> {
+    async fn admit(&self, first: Option<Permit>, number: u32) -> Result<Permit, Rejection> {
         if let Some(p) = first {
             return Ok(p);
         }
@@ -169,7 +175,15 @@ impl<'r, 'k> Run<'r, 'k> {
                 call = call.max_wait(own.unwrap_or(t.max_wait).min(left));
             }
         }
-        admit::admit(self.live, &call, Waits::AsTheToolSays).await
+        // The first attempt runs on the tool resolved for the run a moment ago (one
+        // lookup by name per call, not two), decided at once where it can be (no
+        // admission future to build); a retry looks the tool up again, so that a
+        // reload between attempts is seen.
+        let resolved = self.tool.as_ref().filter(|_| number == 1);
+        if let Some(answer) = resolved.and_then(|t| admit::decide_now(self.live, t, &call)) {
+            return answer;
+        }
+        admit::admit(self.live, resolved.cloned(), &call, Waits::AsTheToolSays).await
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
@@ -298,7 +312,7 @@ impl<'r, 'k> Run<'r, 'k> {
         record: AttemptRecord,
         mut tally: Tally<E>,
     ) -> RunOutput<T> {
-        if let Some(s) = &self.settings {
+        if let Some(s) = self.settings() {
             s.budget.deposit(now);
         }
         if number > 1 {
