@@ -19,6 +19,7 @@ use crate::clock::Nanos;
 use crate::compile::{pool_quotas, tool_quotas, Limit, QuotaSpec};
 use crate::config::{join_path, Config, ToolConfig};
 use crate::fair::FairQueue;
+use crate::names::NameMap;
 use crate::observe::ToolStats;
 use crate::policy::Policy;
 use crate::quota::{Cell, CostOf, Kind, Quota, QuotaDef, Slot};
@@ -33,7 +34,7 @@ use crate::vocab::{UnknownTools, Window, DEFAULT_MAX_PARTITIONS};
 #[derive(Debug)]
 pub(crate) struct Compiled {
     pub(crate) policy: Policy,
-    pub(crate) tools: HashMap<Box<str>, Arc<ToolRuntime>>,
+    pub(crate) tools: NameMap<Arc<ToolRuntime>>,
     pub(crate) quotas: HashMap<Arc<str>, Arc<Quota>>,
     pub(crate) unknown: UnknownTools,
     pub(crate) unknown_stats: Arc<ToolStats>,

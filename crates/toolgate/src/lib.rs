@@ -92,6 +92,7 @@ mod state;
 
 // What an admission hands out and how a call waits; a policy compiled into tools.
 mod compiled;
+mod names;
 mod permit;
 mod wait;
 
