@@ -1,15 +1,22 @@
 //! The benchmark baseline: a bare axum server answering every request with a constant
 //! JSON body, as fast as axum goes on this machine. `scripts/bench-gateway` runs it
-//! side by side with `toolgate serve`.
+//! side by side with `toolgate serve`. Under `/body/…` the same handler first reads
+//! the request's body (as `Bytes`), as every admission must.
 //!
 //! Usage: `cargo run --release -p toolgate-gateway --example bare -- 127.0.0.1:8788`
 
+use axum::body::Bytes;
 use axum::routing::any;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
 async fn constant() -> Json<Value> {
     Json(json!({"admitted": true, "lease": "00000000000000010000000000000000", "waited_ms": 0}))
+}
+
+async fn constant_after_body(body: Bytes) -> Json<Value> {
+    std::hint::black_box(body);
+    constant().await
 }
 
 fn main() -> anyhow::Result<()> {
@@ -22,7 +29,9 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&addr).await?;
         println!("bare axum listening on http://{}", listener.local_addr()?);
-        let app = Router::new().route("/{*path}", any(constant));
+        let app = Router::new()
+            .route("/body/{*path}", any(constant_after_body))
+            .route("/{*path}", any(constant));
         axum::serve(listener, app).await?;
         anyhow::Ok(())
     })
