@@ -46,9 +46,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/mcp", get(crate::mcp::view))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(JsonErrorsLayer)
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(timeout);
+        // One layer of the three, not three: axum boxes each `layer` around every
+        // route and clones that box on every request (an allocation and a boxed
+        // future per level), so they are stacked here and applied once.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(timeout)
+                .layer(DefaultBodyLimit::max(limit))
+                .layer(JsonErrorsLayer),
+        );
     // `/mcp` answers in rmcp's own terms (JSON-RPC errors, SSE streams whose calls
     // are bounded by `[mcp]` max_wait and call_timeout), so it is mounted outside the
     // JSON-error and request-timeout layers; rmcp bounds its bodies itself.
