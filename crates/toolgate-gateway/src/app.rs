@@ -170,7 +170,8 @@ async fn method_not_allowed(req: Request) -> Response {
 /// Bounds every request by the request timeout (answering `ApiError::Timeout`).
 ///
 /// A plain tower service rather than `middleware::from_fn`, which clones and boxes the
-/// inner service and boxes two futures on every request; this boxes one.
+/// inner service and boxes two futures on every request; this boxes none (the routes'
+/// futures are `Unpin`).
 #[derive(Debug, Clone)]
 struct Timeout<S> {
     inner: S,
@@ -200,6 +201,7 @@ impl Timeout<()> {
 impl<S> tower::Service<Request> for Timeout<S>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Unpin,
 {
     type Response = Response;
     type Error = Infallible;
@@ -211,7 +213,7 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         TimeoutFuture {
-            inner: Box::pin(self.inner.call(req)),
+            inner: self.inner.call(req),
             sleep: None,
             limit: self.limit,
         }
@@ -223,7 +225,7 @@ where
 /// then, so a request answered on its first poll (most of them) never touches the
 /// timer wheel or the clock. The limit runs from that first wait.
 struct TimeoutFuture<F> {
-    inner: Pin<Box<F>>,
+    inner: F,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     limit: Duration,
 }
@@ -238,12 +240,12 @@ impl<F> std::fmt::Debug for TimeoutFuture<F> {
 
 impl<F> Future for TimeoutFuture<F>
 where
-    F: Future<Output = Result<Response, Infallible>>,
+    F: Future<Output = Result<Response, Infallible>> + Unpin,
 {
     type Output = Result<Response, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Poll::Ready(res) = self.inner.as_mut().poll(cx) {
+        if let Poll::Ready(res) = Pin::new(&mut self.inner).poll(cx) {
             return Poll::Ready(res);
         }
         let limit = self.limit;

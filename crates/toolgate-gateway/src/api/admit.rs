@@ -154,9 +154,11 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
         && b.push(b"}");
     debug_assert!(fits, "a lease id and a u128 fit the buffer");
     let mut res = Response::new(Body::from(Bytes::copy_from_slice(b.as_bytes())));
-    // Room for Content-Type and the two RateLimit headers, so that none regrows it.
+    // Room for Content-Type, the two RateLimit headers and the Content-Length axum
+    // adds, so that none regrows it (three would fill it: the map holds three
+    // quarters of its power-of-two table).
     let h = res.headers_mut();
-    h.reserve(3);
+    h.reserve(4);
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -185,7 +187,19 @@ pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Respon
         reason: r.reason().as_str(),
         retry_after_ms: r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000)),
     };
-    let mut res = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+    // Built by hand rather than as `(status, Json(body))`, whose header map grows
+    // three times on the way: room for Content-Type, Retry-After, the two RateLimit
+    // headers and the Content-Length axum adds.
+    let mut res = match serde_json::to_vec(&body) {
+        Ok(bytes) => Response::new(Body::from(bytes)),
+        Err(_) => return (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response(),
+    };
+    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    res.headers_mut().reserve(5);
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(d) = r.retry_after() {
         res.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(d).max(1)));
