@@ -13,6 +13,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use tower::layer::util::{Identity, Stack};
 
 use crate::api::{activity, admin, admit, invoke, leases, reserve, tools};
 use crate::auth::Caller;
@@ -25,10 +26,31 @@ use crate::state::AppState;
 /// The dashboard page, served at `GET /`.
 pub const DASHBOARD: &str = include_str!("dashboard.html");
 
+/// The stack of [`layers`].
+type Layers = tower::ServiceBuilder<
+    Stack<JsonErrorsLayer, Stack<DefaultBodyLimit, Stack<TimeoutLayer, Identity>>>,
+>;
+
+/// The layers every route but `/mcp` runs under: the request timeout (outermost),
+/// the body limit and JSON errors. One layer of the three, not three: axum boxes each
+/// `layer` around every route and clones that box on every request (an allocation and
+/// a boxed future per level), so they are stacked and applied once.
+fn layers(state: &AppState) -> Layers {
+    tower::ServiceBuilder::new()
+        .layer(Timeout::layer(state.request_timeout()))
+        .layer(DefaultBodyLimit::max(state.body_limit()))
+        .layer(JsonErrorsLayer)
+}
+
+/// `POST /v1/admit` alone, under the same layers as in [`router`]: the connections
+/// send that one request straight here (see `conn::service`), past the path router,
+/// since it is most of a gateway's traffic.
+pub(crate) fn admit_route(state: AppState) -> axum::routing::MethodRouter {
+    post(admit::admit).layer(layers(&state)).with_state(state)
+}
+
 /// The gateway's routes on `state`.
 pub fn router(state: AppState) -> Router {
-    let limit = state.body_limit();
-    let timeout = Timeout::layer(state.request_timeout());
     let routes = Router::new()
         .route("/", get(dashboard))
         .route("/healthz", get(healthz))
@@ -46,15 +68,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/mcp", get(crate::mcp::view))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        // One layer of the three, not three: axum boxes each `layer` around every
-        // route and clones that box on every request (an allocation and a boxed
-        // future per level), so they are stacked here and applied once.
-        .layer(
-            tower::ServiceBuilder::new()
-                .layer(timeout)
-                .layer(DefaultBodyLimit::max(limit))
-                .layer(JsonErrorsLayer),
-        );
+        .layer(layers(&state));
     // `/mcp` answers in rmcp's own terms (JSON-RPC errors, SSE streams whose calls
     // are bounded by `[mcp]` max_wait and call_timeout), so it is mounted outside the
     // JSON-error and request-timeout layers; rmcp bounds its bodies itself.

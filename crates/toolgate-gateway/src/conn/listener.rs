@@ -63,7 +63,10 @@ pub async fn serve(
     let connections = state.connections().clone();
     connections.set_limit(limits.max_connections);
     let ctx = Serving {
-        router: RouterService(crate::app::router(state)),
+        router: RouterService::new(
+            crate::app::router(state.clone()),
+            crate::app::admit_route(state),
+        ),
         connections,
         limits,
         http: builder(true),

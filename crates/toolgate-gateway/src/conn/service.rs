@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use axum::body::Body;
-use axum::http::{Request, Response};
+use axum::http::{Method, Request, Response};
+use axum::routing::MethodRouter;
 use axum::Router;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
@@ -37,9 +38,14 @@ pub(crate) struct TrackedBody<B> {
     _in_flight: Option<InFlight>,
 }
 
-/// The router as a hyper service.
+/// The router as a hyper service; `POST /v1/admit`, most of a gateway's traffic,
+/// goes straight to its handler under the same layers (see `app::admit_route`),
+/// past the path router's lookup, its extensions and its boxed route.
 #[derive(Debug, Clone)]
-pub(crate) struct RouterService(pub(crate) Router);
+pub(crate) struct RouterService {
+    all: Router,
+    admit: MethodRouter,
+}
 
 // === impl Tracked ===
 
@@ -113,6 +119,12 @@ where
 
 // === impl RouterService ===
 
+impl RouterService {
+    pub(crate) fn new(all: Router, admit: MethodRouter) -> Self {
+        Self { all, admit }
+    }
+}
+
 impl hyper::service::Service<Request<Incoming>> for RouterService {
     type Response = Response<Body>;
     type Error = Infallible;
@@ -120,6 +132,9 @@ impl hyper::service::Service<Request<Incoming>> for RouterService {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         // A router is always ready (as `axum::serve` relies on too).
-        tower::Service::call(&mut self.0.clone(), req.map(Body::new))
+        if req.method() == Method::POST && req.uri().path() == "/v1/admit" {
+            return tower::Service::call(&mut self.admit.clone(), req.map(Body::new));
+        }
+        tower::Service::call(&mut self.all.clone(), req.map(Body::new))
     }
 }
