@@ -282,3 +282,39 @@ async fn concurrent_calls_share_script_runs_and_a_lone_caller_goes_alone() {
     assert_eq!(admitted, 10);
     assert_eq!(script_runs(server), 12, "one script run per lone call");
 }
+
+/// Issue #18: a caller dropped while its call waits for the round trip in flight is
+/// left out of the next batch, so nothing is charged for it (a call dropped after it
+/// went out keeps its charge, as without coalescing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_dropped_while_queued_is_not_charged() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f.make("[tools.t]\nrate = \"1/s\"\nburst = 3").await;
+    let server = f.server.as_ref().expect("own server");
+    let call = Call::new("t");
+    assert!(b.try_admit(&call).await.is_ok(), "warm-up: 2 tokens left");
+    // Redis hangs: the next call stays in flight, the one after it queues.
+    server.pause(true);
+    let first = {
+        let b = b.clone();
+        tokio::spawn(async move { b.try_admit(&Call::new("t")).await.is_ok() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = {
+        let b = b.clone();
+        tokio::spawn(async move { b.try_admit(&Call::new("t")).await.is_ok() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    queued.abort();
+    server.pause(false);
+    assert!(
+        first.await.expect("first call"),
+        "the call in flight is admitted"
+    );
+    // One token left: the dropped caller took none.
+    assert!(b.try_admit(&call).await.is_ok(), "the last token");
+    let no = b.try_admit(&call).await.expect_err("empty");
+    assert_eq!(no.reason(), Reason::RateLimited);
+}
