@@ -13,9 +13,13 @@
 //! it admitted more per second than two or four (larger batches: less work for the
 //! client and for Redis), at a lower median latency.
 //!
-//! Cancellation: a caller dropped while it queues is left out of its batch (nothing
-//! charged); one dropped after its call went out leaves the charge in Redis, as the
-//! uncoalesced round trip does (see [`crate::gate::Gate::admit_now`]).
+//! Every caller waits at most the store's timeout from its arrival, queueing
+//! included, and records its own latency and error in the store's metrics, as an
+//! uncoalesced call does (a batch's round trip records nothing itself).
+//!
+//! Cancellation: a caller dropped (or timed out) while it queues is left out of its
+//! batch (nothing charged); one dropped after its call went out leaves the charge in
+//! Redis, as the uncoalesced round trip does (see [`crate::gate::Gate::admit_now`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,7 +28,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Timed};
 use crate::error::StoreError;
 use crate::script::{BucketCall, Costs, Decision, Scripts};
 
@@ -104,6 +108,7 @@ impl Coalescer {
         now: String,
         call: BucketCall,
     ) -> Result<Decision, StoreError> {
+        let timed = Timed::start("admit");
         let rx = {
             let mut st = self.lock();
             if st.queue.is_empty() && st.in_flight < MAX_IN_FLIGHT {
@@ -123,25 +128,38 @@ impl Coalescer {
             None => {
                 let _flight = Flight(self);
                 let runs = [(call.costs, 1)];
-                let mut d = self.round_trip(&now, &call.key, call.den, &runs).await?;
-                d.pop().ok_or_else(|| StoreError::Reply {
-                    op: "admit",
-                    reply: "no decision".into(),
-                })
+                let result = self.round_trip(&now, &call.key, call.den, &runs).await;
+                let result = result.and_then(|mut d| {
+                    d.pop().ok_or_else(|| StoreError::Reply {
+                        op: "admit",
+                        reply: "no decision".into(),
+                    })
+                });
+                timed.done(result.as_ref().err());
+                result
             }
-            // The sender is dropped unanswered only when the runtime shuts down.
-            Some(rx) => rx.await.unwrap_or_else(|_| {
-                Err(StoreError::Reply {
-                    op: "admit",
-                    reply: "the batch was dropped".into(),
-                })
-            }),
+            Some(rx) => {
+                let result = match tokio::time::timeout(self.timeout, rx).await {
+                    Ok(Ok(answer)) => answer,
+                    // The sender is dropped unanswered only when the runtime shuts down.
+                    Ok(Err(_)) => Err(StoreError::Reply {
+                        op: "admit",
+                        reply: "the batch was dropped".into(),
+                    }),
+                    Err(_) => Err(StoreError::Timeout {
+                        op: "admit",
+                        timeout: self.timeout,
+                    }),
+                };
+                timed.done(result.as_ref().err());
+                result
+            }
         }
     }
 
     /// Runs `admit_bucket.lua` on bucket `key` (denominator `den`) at `now` for
     /// `runs` of calls: one round trip, bounded by the store's timeout; a decision
-    /// per call, in order.
+    /// per call, in order. Unrecorded: its callers record.
     async fn round_trip(
         &self,
         now: &str,
@@ -150,7 +168,10 @@ impl Coalescer {
         runs: &[(Costs, u64)],
     ) -> Result<Vec<Decision>, StoreError> {
         let inv = self.scripts.admit_bucket(now, key, den, runs);
-        let value = self.conn.invoke("admit", &inv, self.timeout).await?;
+        let value = self
+            .conn
+            .invoke_unrecorded("admit", &inv, self.timeout)
+            .await?;
         let counts: Vec<u64> = runs.iter().map(|r| r.1).collect();
         Decision::parse(&value, &counts)
     }

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use toolgate::{Call, Reason};
+use toolgate::{Call, Policy, Reason};
 
 use crate::backend::{Backend, Factory, RedisFactory};
-use crate::support::{redis_available, RedisServer};
+use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
 
 /// One call's answer: admitted, or denied with its retry in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,4 +317,37 @@ async fn a_caller_dropped_while_queued_is_not_charged() {
     assert!(b.try_admit(&call).await.is_ok(), "the last token");
     let no = b.try_admit(&call).await.expect_err("empty");
     assert_eq!(no.reason(), Reason::RateLimited);
+}
+
+/// Issue #18: a call that queues behind a round trip in flight still waits at most
+/// the store's timeout from its own arrival (as an uncoalesced call), not the rest
+/// of the other's round trip and then its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_call_waits_at_most_the_timeout() {
+    if !redis_available() {
+        return;
+    }
+    let _heavy = HEAVY.lock().await;
+    let server = RedisServer::start();
+    let policy = Policy::from_toml_str("[tools.t]\nrate = \"1000/s\"").expect("valid");
+    let store = store(&server.url(), &prefix("queued-timeout"), "timeout = \"1s\"");
+    let engine = toolgate_redis::engine(policy, &store)
+        .await
+        .expect("connect");
+    assert!(engine.admit_now(&Call::new("t")).await.is_ok(), "warm-up");
+    server.pause(true);
+    let first = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.admit_now(&Call::new("t")).await.is_ok() })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let start = std::time::Instant::now();
+    let queued = engine.admit_now(&Call::new("t")).await;
+    let took = start.elapsed();
+    server.pause(false);
+    assert!(!first.await.expect("first call"), "timed out: fail_closed");
+    let no = queued.expect_err("timed out: fail_closed");
+    assert!(no.is_store_unavailable(), "{no:?}");
+    // 1 s with the fix; 1.2 s (the first call's last 0.2 s, then its own 1 s) without.
+    assert!(took < Duration::from_millis(1150), "{took:?}");
 }
