@@ -34,7 +34,7 @@ async def main(url: str, callers: int, secs: float) -> None:
     took = time.perf_counter() - t0
     lat.sort()
     pct = lambda p: lat[(len(lat) - 1) * p // 100] if lat else 0  # noqa: E731
-    print(json.dumps({"admitted": counts[0], "rejected": counts[1], "secs": round(took, 3),
+    print(json.dumps({"admitted": counts[0], "rejected": counts[1], "warmup": 10, "secs": round(took, 3),
                       "p50_us": pct(50), "p99_us": pct(99)}))
 
 

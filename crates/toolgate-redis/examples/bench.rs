@@ -1,9 +1,13 @@
 //! Admission throughput against a real Redis: `callers` concurrent tasks calling
 //! `admit_now` on an engine on the Redis store (the crate's one front door: what the
 //! gateway and the Python package run) in a loop for `secs` seconds on a quota that
-//! always admits.
-//! Used by `scripts/bench-redis`; prints one JSON line and writes latencies (µs, one
-//! per line) to `--latencies FILE` if given.
+//! always admits. `--engines N` spreads the callers over N engines, each with its own
+//! connection (64 engines of one caller each: 64 connections, one call in flight on
+//! each, as `redis-benchmark -c 64`); by default one engine, one connection that all
+//! callers share (their calls pipelined or coalesced).
+//! Used by `scripts/bench-redis`; prints one JSON line (`warmup`: the admissions made
+//! before the timed loop) and writes latencies (µs, one per line) to
+//! `--latencies FILE` if given.
 //!
 //! ```text
 //! cargo run --release -p toolgate-redis --example bench -- \
@@ -32,6 +36,8 @@ struct Args {
     /// Runtime worker threads (default 2; the 4-process setup uses 1 each, so that
     /// 4 clients and Redis are not 9 threads on a 2-core machine).
     threads: usize,
+    /// Engines (connections) the callers are spread over.
+    engines: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -44,6 +50,7 @@ fn args() -> Result<Args, String> {
         latencies: None,
         grant: 0,
         threads: 2,
+        engines: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -61,6 +68,9 @@ fn args() -> Result<Args, String> {
             "--grant" => a.grant = num(value()?)?,
             "--threads" => {
                 a.threads = usize::try_from(num(value()?)?).map_err(|e| e.to_string())?;
+            }
+            "--engines" => {
+                a.engines = usize::try_from(num(value()?)?).map_err(|e| e.to_string())?;
             }
             other => return Err(format!("unknown flag {other}")),
         }
@@ -91,11 +101,18 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let config = Config::from_toml_str(&toml)?;
     let store = config.store.clone().ok_or("no store")?;
-    let policy = Policy::new(config)?;
-    let engine = toolgate_redis::engine(policy, &store).await?;
+    let mut engines = Vec::new();
+    for _ in 0..a.engines.max(1) {
+        let policy = Policy::new(config.clone())?;
+        engines.push(toolgate_redis::engine(policy, &store).await?);
+    }
     // Warm up: connect and load the script.
-    for _ in 0..10 {
-        let _ = admit(&engine).await;
+    let mut warmup = 0;
+    for engine in &engines {
+        for _ in 0..10 {
+            let _ = admit(engine).await;
+            warmup += 1;
+        }
     }
     if a.start_ms > 0 {
         tokio::time::sleep(Duration::from_millis(a.start_ms.saturating_sub(unix_ms()))).await;
@@ -103,7 +120,7 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs(a.secs);
     let tasks: Vec<_> = (0..a.callers)
-        .map(|_| tokio::spawn(call_until(engine.clone(), end)))
+        .map(|i| tokio::spawn(call_until(engines[i % engines.len()].clone(), end)))
         .collect();
     let (mut ok, mut no, mut lat) = (0, 0, Vec::new());
     for t in tasks {
@@ -126,7 +143,7 @@ async fn run(a: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!(
-        "{{\"admitted\": {ok}, \"rejected\": {no}, \"secs\": {secs:.3}, \"p50_us\": {}, \"p99_us\": {}}}",
+        "{{\"admitted\": {ok}, \"rejected\": {no}, \"warmup\": {warmup}, \"secs\": {secs:.3}, \"p50_us\": {}, \"p99_us\": {}}}",
         pct(50),
         pct(99)
     );

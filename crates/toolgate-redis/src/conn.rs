@@ -78,7 +78,20 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        let start = Instant::now();
+        let timed = Timed::start(op);
+        let result = self.invoke_unrecorded(op, inv, timeout).await;
+        timed.done(result.as_ref().err());
+        result
+    }
+
+    /// As [`Conn::invoke`], but records nothing: for a round trip on behalf of
+    /// several callers, each of which records its own ([`Timed`]).
+    pub(crate) async fn invoke_unrecorded(
+        &self,
+        op: &'static str,
+        inv: &ScriptInvocation<'_>,
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
         let mut conn = self.clone();
         let fut = async {
             match &mut conn {
@@ -86,13 +99,11 @@ impl Conn {
                 Self::Cluster(c) => inv.invoke_async(c).await,
             }
         };
-        let result = match tokio::time::timeout(timeout, fut).await {
+        match tokio::time::timeout(timeout, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(source)) => Err(StoreError::redis(op, source, timeout)),
             Err(_) => Err(StoreError::Timeout { op, timeout }),
-        };
-        record(op, start, result.as_ref().err());
-        result
+        }
     }
 
     /// `PING` within `timeout`.
@@ -150,6 +161,26 @@ fn parse_url(url: &str) -> (Vec<String>, bool) {
         .collect();
     let cluster = cluster || urls.len() > 1;
     (urls, cluster)
+}
+
+/// A Redis operation being timed for the store's metrics, from [`Timed::start`] to
+/// [`Timed::done`] (one latency sample, and the error if any).
+pub(crate) struct Timed {
+    op: &'static str,
+    start: Instant,
+}
+
+impl Timed {
+    pub(crate) fn start(op: &'static str) -> Self {
+        Self {
+            op,
+            start: Instant::now(),
+        }
+    }
+
+    pub(crate) fn done(self, err: Option<&StoreError>) {
+        record(self.op, self.start, err);
+    }
 }
 
 fn record(op: &'static str, start: Instant, err: Option<&StoreError>) {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Why the Redis store could not be set up or did not answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The `[store]` section cannot be used with Redis.

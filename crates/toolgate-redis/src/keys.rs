@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! {prefix}{<tag>}<kind>:<len>:<path>[:<tenant>]
-//! toolgate:{3f9a0c1d2e4b5a69}b:26:tools.lookup_customer.rate
+//! toolgate:{3f9a0c1d2e4b5a69}g:26:tools.lookup_customer.rate
 //! toolgate:{3f9a0c1d2e4b5a69}s:14:pools.crm.rate:acme
 //! ```
 //!
@@ -12,7 +12,7 @@
 //!   tool) and hashed to 16 hex digits so that no name can break the braces. All of a
 //!   call's keys — tool, pools, tokens, tenant partitions — thus live in one slot, which
 //!   is what lets one script check and charge them atomically in a cluster.
-//! - `<kind>` is `b` (bucket hash), `s` (sliding-window sorted set) or `c` (concurrency
+//! - `<kind>` is `g` (bucket string), `s` (sliding-window sorted set) or `c` (concurrency
 //!   lease sorted set), so a changed `window` never meets a key of the wrong type.
 //! - `<len>:<path>` is the quota's config path, length-prefixed so that the optional
 //!   `:<tenant>` suffix of a partition can never be confused with another path.

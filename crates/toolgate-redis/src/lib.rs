@@ -58,6 +58,7 @@
 //    store on it, the one front door.
 mod admitted;
 mod batch;
+mod coalesce;
 mod conn;
 mod engine_store;
 mod error;

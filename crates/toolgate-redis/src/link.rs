@@ -17,13 +17,14 @@ use std::time::Duration;
 use toolgate::config::StoreConfig;
 use toolgate::Clock;
 
+use crate::coalesce::Coalescer;
 use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::ids::Ids;
 use crate::lease::LeaseTtl;
 use crate::op::Op;
 use crate::plan::{live, Step};
-use crate::script::{Reply, Scripts};
+use crate::script::{BucketCall, Reply, Scripts};
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -46,6 +47,8 @@ pub(crate) struct Link {
     down: AtomicBool,
     /// A probe is running.
     probing: AtomicBool,
+    /// Runs the one-bucket admissions, coalesced (`coalesce.rs`).
+    coalescer: Arc<Coalescer>,
 }
 
 // === impl Link ===
@@ -62,13 +65,16 @@ impl Link {
         clock: Option<Arc<dyn Clock>>,
     ) -> Result<Self, StoreError> {
         let conn = Conn::connect(&store.url, store.timeout).await?;
+        let scripts = Scripts::new();
+        let handle = tokio::runtime::Handle::current();
         Ok(Self {
+            coalescer: Coalescer::new(conn.clone(), scripts.clone(), store.timeout, handle.clone()),
             conn,
-            scripts: Scripts::new(),
+            scripts,
             timeout: store.timeout,
             lease_ttl: LeaseTtl::new(lease_ttl),
             clock,
-            handle: tokio::runtime::Handle::current(),
+            handle,
             ids: Ids::new(),
             down: AtomicBool::new(false),
             probing: AtomicBool::new(false),
@@ -78,7 +84,14 @@ impl Link {
     /// The link of a reload's gate: the same connection, scripts, timeout, clock and
     /// lease TTL (a new TTL applies to both), its own ids, and believed up.
     pub(crate) fn derived(&self) -> Self {
+        let coalescer = Coalescer::new(
+            self.conn.clone(),
+            self.scripts.clone(),
+            self.timeout,
+            self.handle.clone(),
+        );
         Self {
+            coalescer,
             conn: self.conn.clone(),
             scripts: self.scripts.clone(),
             timeout: self.timeout,
@@ -149,7 +162,9 @@ impl Link {
 
     /// Runs the admission script on `steps` (those with a cost) for admission `id`:
     /// one round trip, bounded by the store's timeout; `max_wait_us` < 0 means now or
-    /// never. Steps that all cost nothing are admitted without asking Redis.
+    /// never. Steps that all cost nothing are admitted without asking Redis. The
+    /// common call, one enforced bucket now or never, runs `admit_bucket.lua`,
+    /// coalesced with the calls waiting beside it (`coalesce.rs`).
     ///
     /// # Errors
     ///
@@ -170,6 +185,10 @@ impl Link {
             });
         }
         let now = self.now_arg();
+        if let Some(call) = BucketCall::of(&live, max_wait_us) {
+            let decision = self.coalescer.admit(now, call).await?;
+            return Ok(decision.reply());
+        }
         let ttl = self.lease_ttl.micros();
         let inv = self.scripts.admit(&now, &live, id, max_wait_us, ttl);
         let value = self.conn.invoke("admit", &inv, self.timeout).await?;

@@ -123,6 +123,16 @@ impl Params {
         }
     }
 
+    /// The letter of the quota's keys: `g` for a bucket (a string since the
+    /// coalesced admissions; `b` was its former hash), else the script's kind.
+    pub(crate) fn key_letter(&self) -> char {
+        match self {
+            Self::Bucket { .. } => 'g',
+            _ => self.kind(),
+        }
+    }
+
+    /// The quota's kind in the admission script's arguments.
     pub(crate) fn kind(&self) -> char {
         match self {
             Self::Bucket { .. } => 'b',
@@ -165,7 +175,7 @@ impl Quota {
             }
         };
         Ok(Self {
-            key: quota_key(key_prefix, tag, params.kind(), &spec.path),
+            key: quota_key(key_prefix, tag, params.key_letter(), &spec.path),
             spec,
             params,
         })

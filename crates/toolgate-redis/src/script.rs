@@ -8,6 +8,34 @@ use crate::op::Op;
 use crate::plan::Step;
 use crate::quota::Params;
 
+/// A call's cost on a bucket, in µs: `cw + cr/den`, and that cost less the
+/// bucket's burst, `dw + dr/den` (`0 <= cr, dr < den`): what `admit_bucket.lua`
+/// needs of the quota, computed once on the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Costs {
+    pub(crate) cw: i64,
+    pub(crate) cr: i64,
+    pub(crate) dw: i64,
+    pub(crate) dr: i64,
+}
+
+/// A call that `admit_bucket.lua` can decide: one enforced bucket, now or never.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BucketCall {
+    pub(crate) key: String,
+    pub(crate) den: u64,
+    pub(crate) costs: Costs,
+}
+
+/// What `admit_bucket.lua` decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Admitted at `now` (Redis µs).
+    Admitted { now: i64 },
+    /// Denied: not before `retry` µs from now.
+    Denied { retry: i64 },
+}
+
 /// The three scripts, loaded into Redis on first use (EVALSHA, then EVAL on
 /// `NOSCRIPT`). Cheap to clone: a reload's gate keeps its predecessor's.
 #[derive(Debug, Clone)]
@@ -47,7 +75,9 @@ impl Scripts {
 
     /// The admission of the `live` steps (those with a cost, at least one) at `now`
     /// (empty: Redis' clock; else Redis µs), waiting up to `max_wait_us` (< 0: now or
-    /// never), for admission `id`, with leases that live `lease_ttl_us`.
+    /// never), for admission `id`, with leases that live `lease_ttl_us`. The common
+    /// call (one enforced bucket, now or never) runs [`Scripts::admit_bucket`]
+    /// instead: see [`BucketCall::of`].
     pub(crate) fn admit(
         &self,
         now: &str,
@@ -56,18 +86,7 @@ impl Scripts {
         max_wait_us: i64,
         lease_ttl_us: u64,
     ) -> ScriptInvocation<'_> {
-        // The common call — one enforced bucket, now or never — runs the specialised
-        // script: the same arguments and replies, less work for Redis.
-        let one_bucket = matches!(
-            live,
-            [s] if !s.quota.spec.is_shadow() && matches!(s.quota.params, Params::Bucket { .. })
-        ) && max_wait_us < 0;
-        let script = if one_bucket {
-            &self.admit_bucket
-        } else {
-            &self.admit
-        };
-        let mut inv = script.prepare_invoke();
+        let mut inv = self.admit.prepare_invoke();
         inv.arg(now)
             .arg(max_wait_us)
             .arg(id)
@@ -84,6 +103,30 @@ impl Scripts {
                 .arg(c)
                 .arg(d);
         }
+        inv
+    }
+
+    /// The admission of calls on one bucket `key` of denominator `den`, at `now` (as
+    /// for [`Scripts::admit`]), in order: `runs` of calls of the same cost, each
+    /// with its count (`admit_bucket.lua`: the numbers as little-endian doubles).
+    pub(crate) fn admit_bucket(
+        &self,
+        now: &str,
+        key: &str,
+        den: u64,
+        runs: &[(Costs, u64)],
+    ) -> ScriptInvocation<'_> {
+        let mut nums = Vec::with_capacity(8 * (1 + 5 * runs.len()));
+        let mut push = |v: f64| nums.extend_from_slice(&v.to_le_bytes());
+        push(exact(den));
+        for (c, n) in runs {
+            for v in [c.cw, c.cr, c.dw, c.dr] {
+                push(exact(v));
+            }
+            push(exact(*n));
+        }
+        let mut inv = self.admit_bucket.prepare_invoke();
+        inv.key(key).arg(now).arg(nums);
         inv
     }
 
@@ -128,6 +171,133 @@ impl Scripts {
             }
         }
         inv
+    }
+}
+
+/// 2^53: below it, doubles (Lua's numbers) hold every integer exactly.
+const EXACT: u64 = 1 << 53;
+
+/// `v` as a double: exact, since every number passed is below 2^53 in magnitude
+/// ([`BucketCall::of`], a batch's size).
+fn exact<T: Into<i128>>(v: T) -> f64 {
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "below 2^53 in magnitude, so exact"
+    )]
+    let f = v.into() as f64;
+    f
+}
+
+// === impl BucketCall ===
+
+impl BucketCall {
+    /// The call of `live` steps, when `admit_bucket.lua` can decide it: a single
+    /// enforced bucket, now or never (`max_wait_us` < 0).
+    pub(crate) fn of(live: &[&Step], max_wait_us: i64) -> Option<Self> {
+        let [s] = live else { return None };
+        let Params::Bucket { pq, pr, den, burst } = s.quota.params else {
+            return None;
+        };
+        if s.quota.spec.is_shadow() || max_wait_us >= 0 || den == 0 || den >= EXACT {
+            return None;
+        }
+        // Exact: the quota's precision checks keep burst × den and the burst's
+        // time below 2^53, and a planned cost is at most the burst.
+        let units = |n: u64| {
+            let (n, pq, pr, den) = (
+                i128::from(n),
+                i128::from(pq),
+                i128::from(pr),
+                i128::from(den),
+            );
+            (n * pq + n * pr / den, n * pr % den)
+        };
+        let (cw, cr) = units(s.cost);
+        let (bw, br) = units(burst);
+        let (mut dw, mut dr) = (cw - bw, cr - br);
+        if dr < 0 {
+            dr += i128::from(den);
+            dw -= 1;
+        }
+        // Within Lua's exact integers (the precision checks keep them far below).
+        let int = |v: i128| i64::try_from(v).ok().filter(|v| v.unsigned_abs() < EXACT);
+        Some(Self {
+            key: s.key.clone(),
+            den,
+            costs: Costs {
+                cw: int(cw)?,
+                cr: int(cr)?,
+                dw: int(dw)?,
+                dr: int(dr)?,
+            },
+        })
+    }
+}
+
+// === impl Decision ===
+
+impl Decision {
+    /// The decision as the general script's reply (blame on the one step).
+    pub(crate) fn reply(self) -> Reply {
+        match self {
+            Self::Admitted { now } => Reply::Admitted {
+                at: now,
+                wait: 0,
+                shadow_ok: true,
+                shadow_blame: 0,
+            },
+            Self::Denied { retry } => Reply::Denied {
+                blame: 1,
+                code: 1,
+                retry,
+            },
+        }
+    }
+
+    /// Reads `admit_bucket.lua`'s reply to `runs` (their counts), one decision per
+    /// call, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Reply`] for anything the script never returns.
+    pub(crate) fn parse(value: &redis::Value, runs: &[u64]) -> Result<Vec<Self>, StoreError> {
+        let bad = || StoreError::Reply {
+            op: "admit",
+            reply: format!("{value:?}"),
+        };
+        if let ([1], redis::Value::Int(v)) = (runs, value) {
+            return Ok(vec![if *v >= 0 {
+                Self::Admitted { now: *v }
+            } else {
+                Self::Denied { retry: -*v }
+            }]);
+        }
+        let nums: Vec<i64> = redis::from_redis_value_ref(value).map_err(|_| bad())?;
+        let [now, pairs @ ..] = nums.as_slice() else {
+            return Err(bad());
+        };
+        if pairs.len() != 2 * runs.len() {
+            return Err(bad());
+        }
+        let mut out = Vec::with_capacity(runs.iter().sum::<u64>().try_into().unwrap_or(0));
+        for (pair, n) in pairs.chunks_exact(2).zip(runs) {
+            let (admitted, retry) = (pair[0], pair[1]);
+            let admitted = u64::try_from(admitted)
+                .ok()
+                .filter(|a| a <= n)
+                .ok_or_else(bad)?;
+            if admitted < *n && retry <= 0 {
+                return Err(bad());
+            }
+            for i in 0..*n {
+                out.push(if i < admitted {
+                    Self::Admitted { now: *now }
+                } else {
+                    Self::Denied { retry }
+                });
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -19,8 +19,13 @@
 --   s: limit, period_us, 0, 0
 --   c: limit, 0, 0, 0
 --
--- Bucket state: hash {t = whole µs, k = remainder in 1/den µs, r = last reserved time}:
--- the theoretical arrival time TAT = t + k/den. A missing key is a full bucket.
+-- Bucket state: a string of four little-endian doubles (struct '<dddd'), all
+-- integers below 2^53: t = whole µs and k = remainder in 1/den µs of the theoretical
+-- arrival time TAT = t + k/den, r = the last reserved time, e = the key's expiry
+-- (Unix ms, PXAT) as last set, or 0 when set relative to a test clock. A missing key
+-- is a full bucket. It expires 1 ms after the first whole ms at which the bucket is
+-- full again (and r is past); a write that would set the same expiry keeps it (SET
+-- ... KEEPTTL, cheaper for Redis than a new one).
 -- Sliding state: sorted set, one member "id:j" per admitted unit, score = its time.
 -- Concurrency state: sorted set, one member "id:j" per unit in flight, score = the
 -- lease's expiry.
@@ -38,6 +43,7 @@ assert(n and n >= 1 and #KEYS == n and #ARGV == 5 + 7 * n,
 local function fmt(x) return string.format('%.0f', x) end
 
 local now = tonumber(ARGV[1])
+local test = now ~= nil
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -56,10 +62,9 @@ for i = 1, n do
     c = tonumber(ARGV[b + 6]), d = tonumber(ARGV[b + 7]),
   }
   if e.kind == 'b' then
-    local s = redis.call('HMGET', e.key, 't', 'k', 'r')
-    e.t = tonumber(s[1]) or now
-    e.k = tonumber(s[2]) or 0
-    e.r = tonumber(s[3]) or 0
+    local v = redis.call('GET', e.key)
+    e.t, e.k, e.r, e.e = now, 0, 0, 0
+    if v then e.t, e.k, e.r, e.e = struct.unpack('<dddd', v) end
     if e.k >= e.c then e.k = e.c - 1 end -- the rate changed: keep within one µs
   elseif e.kind == 's' then
     redis.call('ZREMRANGEBYSCORE', e.key, '-inf', fmt(now - e.b))
@@ -114,9 +119,18 @@ local function charge(e, at)
     e.k = e.k + cr
     if e.k >= e.c then e.k = e.k - e.c; e.t = e.t + 1 end
     if at > e.r then e.r = at end
-    redis.call('HSET', e.key, 't', fmt(e.t), 'k', fmt(e.k), 'r', fmt(e.r))
     local full = e.t + ((e.k > 0) and 1 or 0)
-    redis.call('PEXPIRE', e.key, fmt(math.ceil((full - now) / 1000) + 1))
+    if test then
+      redis.call('SET', e.key, struct.pack('<dddd', e.t, e.k, e.r, 0),
+        'PX', math.ceil((full - now) / 1000) + 1)
+    else
+      local x = math.ceil(full / 1000) + 1
+      if x == e.e then
+        redis.call('SET', e.key, struct.pack('<dddd', e.t, e.k, e.r, e.e), 'KEEPTTL')
+      else
+        redis.call('SET', e.key, struct.pack('<dddd', e.t, e.k, e.r, x), 'PXAT', x)
+      end
+    end
   else
     local score, ttl = at, at + e.b - now
     if e.kind == 'c' then score = at + lease_ttl; ttl = score - now end

@@ -33,6 +33,7 @@ assert(n and n >= 1 and #KEYS == n and #ARGV == 2 + 9 * n,
 local function fmt(x) return string.format('%.0f', x) end
 
 local now = tonumber(ARGV[1])
+local test = now ~= nil
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -56,8 +57,10 @@ for i = 1, n do
     local pq, pr, den = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
     local burst, delta = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
     local at, since, charged = tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9])
-    local s = redis.call('HMGET', key, 't', 'k', 'r')
-    local t, k, r = tonumber(s[1]) or now, tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    -- the state as admit.lua keeps it
+    local v = redis.call('GET', key)
+    local t, k, r, e = now, 0, 0, 0
+    if v then t, k, r, e = struct.unpack('<dddd', v) end
     if k >= den then k = den - 1 end
     -- (whole µs, remainder) of c <= burst tokens: exact (burst × den < 2^53)
     local function units(c)
@@ -106,8 +109,18 @@ for i = 1, n do
     if full <= now and r <= now then
       redis.call('DEL', key)
     else
-      redis.call('HSET', key, 't', fmt(t), 'k', fmt(k), 'r', fmt(r))
-      redis.call('PEXPIRE', key, fmt(math.ceil((math.max(full, r) - now) / 1000) + 1))
+      full = math.max(full, r)
+      if test then
+        redis.call('SET', key, struct.pack('<dddd', t, k, r, 0),
+          'PX', math.ceil((full - now) / 1000) + 1)
+      else
+        local x = math.ceil(full / 1000) + 1
+        if x == e then
+          redis.call('SET', key, struct.pack('<dddd', t, k, r, e), 'KEEPTTL')
+        else
+          redis.call('SET', key, struct.pack('<dddd', t, k, r, x), 'PXAT', x)
+        end
+      end
     end
   else
     return redis.error_reply('release.lua: unknown operation ' .. tostring(op))

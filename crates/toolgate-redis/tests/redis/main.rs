@@ -21,6 +21,7 @@ mod engine_on_redis {
 }
 
 mod cluster;
+mod coalesce;
 mod expiry;
 mod fairness;
 mod faults;
