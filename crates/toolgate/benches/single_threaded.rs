@@ -1,7 +1,10 @@
 //! One bucket quota, one thread: admit + complete against governor's check.
 //! `admit+complete` uses the borrowed permit (`ToolHandle::try_admit_scoped`) and
 //! drops it, `_success` completes it with an outcome instead, the `_owned_permit`
-//! variant uses the owned permit, `_by_name` the lookup by name.
+//! variant uses the owned permit, `_by_name` the lookup by name. The `floor:` rows
+//! time what those forms cannot do without in safe Rust, in the same run: sharing
+//! the tool with the permit (one `Arc` clone and drop: two locked instructions) and
+//! reading the policy in force, which a reload may swap (one `arc-swap` load).
 
 use criterion::{BenchmarkId, Criterion};
 use toolgate::{Call, Completion};
@@ -38,6 +41,14 @@ pub(crate) fn bench(c: &mut Criterion) {
     );
     g.bench_function(BenchmarkId::new("admit+complete_by_name", TOOLGATE), |b| {
         b.iter(|| drop(e.try_admit(std::hint::black_box(&call)).unwrap()));
+    });
+    let shared = std::sync::Arc::new(0u64);
+    g.bench_function(BenchmarkId::new("floor: Arc clone+drop", TOOLGATE), |b| {
+        b.iter(|| drop(std::hint::black_box(shared.clone())));
+    });
+    let swap = arc_swap::ArcSwap::from_pointee(0u64);
+    g.bench_function(BenchmarkId::new("floor: arc-swap load", TOOLGATE), |b| {
+        b.iter(|| drop(std::hint::black_box(swap.load())));
     });
     let gov = governor_direct();
     g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
