@@ -140,6 +140,74 @@ impl Engine {
         }
     }
 
+    /// `try_admit`: a `Permit` or a `Rejection`.
+    pub(crate) fn try_admit_call(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
+        let call = Call::new(tool)
+            .with_tenant(tenant)
+            .tokens(tokens)
+            .priority(urgency::priority(priority)?)
+            .with_deadline(urgency::deadline(deadline, &*self.clock)?);
+        self.decide_now(py, &call)
+    }
+
+    /// `admit`: a `Permit`, a `Rejection` or a `Waiting`.
+    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
+    pub(crate) fn admit_call(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        max_wait: Option<f64>,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
+        let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
+        let priority = urgency::priority(priority)?;
+        let deadline = urgency::deadline(deadline, &*self.clock)?;
+        let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
+        if !waits && !self.shared {
+            let call = Call::new(tool)
+                .with_tenant(tenant)
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
+            return self.decide_now(py, &call);
+        }
+        let engine = self.engine.clone();
+        let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
+        let mut fut: AdmitFuture = Box::pin(async move {
+            let mut call = Call::new(&tool)
+                .with_tenant(tenant.as_deref())
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
+            if let Some(m) = max_wait {
+                call = call.max_wait(m);
+            }
+            if waits {
+                engine.admit(&call).await
+            } else {
+                engine.admit_now(&call).await
+            }
+        });
+        let clock = &*self.clock;
+        match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {
+            Step::Ready(r) => Waiting::outcome(py, r, &self.clock),
+            Step::Pending(_) => Ok(Py::new(py, Waiting::new(fut, self.clock.clone()))?.into_any()),
+        }
+    }
+
     fn permit(&self, py: Python<'_>, p: toolgate::Permit) -> PyResult<Py<PyAny>> {
         Ok(Py::new(py, Permit::new(p, self.clock.clone()))?.into_any())
     }
@@ -187,13 +255,7 @@ impl Engine {
         priority: Option<&str>,
         deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.check_process()?;
-        let call = Call::new(tool)
-            .with_tenant(tenant)
-            .tokens(tokens)
-            .priority(urgency::priority(priority)?)
-            .with_deadline(urgency::deadline(deadline, &*self.clock)?);
-        self.decide_now(py, &call)
+        self.try_admit_call(py, tool, tenant, tokens, priority, deadline)
     }
 
     /// Admits the call, honouring `on_limit = "wait"` (or a given `max_wait`).
@@ -211,41 +273,29 @@ impl Engine {
         priority: Option<&str>,
         deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.check_process()?;
-        let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
-        let priority = urgency::priority(priority)?;
-        let deadline = urgency::deadline(deadline, &*self.clock)?;
-        let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
-        if !waits && !self.shared {
-            let call = Call::new(tool)
-                .with_tenant(tenant)
-                .tokens(tokens)
-                .priority(priority)
-                .with_deadline(deadline);
-            return self.decide_now(py, &call);
+        self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)
+    }
+
+    /// As `admit`, but a call decided at once comes as an awaitable already decided
+    /// (`Ready`: its `await` gives the `Permit` or `Rejection` without a coroutine);
+    /// a call that waits is a `Waiting`, as from `admit`.
+    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None, priority = None, deadline = None))]
+    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
+    fn decide(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        max_wait: Option<f64>,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let r = self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)?;
+        if r.bind(py).is_instance_of::<Waiting>() {
+            return Ok(r);
         }
-        let engine = self.engine.clone();
-        let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
-        let mut fut: AdmitFuture = Box::pin(async move {
-            let mut call = Call::new(&tool)
-                .with_tenant(tenant.as_deref())
-                .tokens(tokens)
-                .priority(priority)
-                .with_deadline(deadline);
-            if let Some(m) = max_wait {
-                call = call.max_wait(m);
-            }
-            if waits {
-                engine.admit(&call).await
-            } else {
-                engine.admit_now(&call).await
-            }
-        });
-        let clock = &*self.clock;
-        match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {
-            Step::Ready(r) => Waiting::outcome(py, r, &self.clock),
-            Step::Pending(_) => Ok(Py::new(py, Waiting::new(fut, self.clock.clone()))?.into_any()),
-        }
+        Ok(crate::ready::new(r.into_bound(py), false)?.unbind())
     }
 
     /// The tools that have a policy, sorted.

@@ -15,14 +15,14 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._config import RateLimit, ToolRateLimit, config_json, limits_config, read_toml
 from ._errors import AdmissionRejected
 from ._permits import Guard, hold, rejection_result, wait
-from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
+from ._toolgate import Engine, FastPath, ManualClock, Permit, Rejection, Waiting, ready, ready_raise
 from ._urgency import NO_OPTIONS, Deadline, Priority, check_priority, current, current_options, options, options_of
 
 if TYPE_CHECKING:
@@ -35,6 +35,14 @@ else:
 
 T = TypeVar("T")
 log = logging.getLogger("toolgate")
+_DEBUG, _INFO = logging.DEBUG, logging.INFO
+_cache = getattr(log, "_cache", None)
+#: The logger's own cache of ``isEnabledFor`` by level (``logging`` clears it whenever
+#: a level, a handler's logger or ``logging.disable`` changes). A decision reads it,
+#: a dict lookup, instead of calling ``isEnabledFor``: ``False`` means nothing would
+#: be logged at that level; anything else (``True``, not cached yet, or a Python
+#: whose loggers keep no such cache) goes to the exact check of ``_report``.
+_enabled: dict[int, bool] = _cache if isinstance(_cache, dict) else {}
 
 __all__ = ["Decision", "ToolRateLimitPolicy"]
 
@@ -110,9 +118,28 @@ class ToolRateLimitPolicy:
         self._tools = frozenset(engine.tools())
         self._deny_unknown = engine.deny_unknown
         self.clock = clock
+        self._fast = FastPath(
+            self, engine, ToolRateLimitPolicy, current_options, NO_OPTIONS, _enabled, _INFO, on_decision is not None
+        )
         self.on_decision = on_decision
         self.tenant_of = tenant_of
+        # The common call (no priority, deadline or call_options, nothing to report)
+        # is decided by the Rust fast path without a Python frame; it hands every
+        # other call to the methods below. A subclass's own method stays its own.
+        for name in ("decide", "admit", "try_admit"):
+            if getattr(type(self), name) is getattr(ToolRateLimitPolicy, name):
+                self.__dict__[name] = getattr(self._fast, name)
         _register_middleware(type(self))
+
+    @property
+    def on_decision(self) -> Callable[[Decision], None] | None:
+        """Called with every :class:`Decision` (never with the call's arguments)."""
+        return self._on_decision
+
+    @on_decision.setter
+    def on_decision(self, hook: Callable[[Decision], None] | None) -> None:
+        self._on_decision = hook
+        self._fast.set_hooked(hook is not None)
 
     # --- construction from the config format ---
 
@@ -186,11 +213,11 @@ class ToolRateLimitPolicy:
         else:
             o = options(priority, deadline)
             r = self._engine.try_admit(tool, tenant, tokens, o.priority, o.seconds_left())
-        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(r, Permit) else logging.INFO):
+        if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
             self._report(tool, r, tenant, o.priority)
         return r
 
-    async def decide(
+    def decide(
         self,
         tool: str,
         *,
@@ -199,7 +226,7 @@ class ToolRateLimitPolicy:
         max_wait: float | None = None,
         priority: Priority | None = None,
         deadline: Deadline | None = None,
-    ) -> Permit | Rejection:
+    ) -> Coroutine[Any, Any, Permit | Rejection]:
         """Admits the call, waiting in FIFO order when the tool's ``on_limit`` is
         ``"wait"`` (or ``max_wait`` is given). Returns a ``Permit`` or a
         ``Rejection``; raises nothing for a rejection.
@@ -211,21 +238,36 @@ class ToolRateLimitPolicy:
         at once (``max_wait_exceeded``, quota ``deadline``). Both default to the
         enclosing :func:`toolgate.call_options`; invalid ones raise ``ValueError``.
 
+        The engine decides when ``decide`` is called: a call decided at once
+        returns an awaitable already decided (no coroutine to run; it is a
+        coroutine as ``asyncio`` sees it, so ``create_task`` and ``gather`` take it),
+        and only a call that waits returns a coroutine that waits. Errors (an
+        invalid ``priority``, ...) are raised by the ``await``, as before.
+
         Cancel safety: cancelling the awaiting task while it waits leaves the
         accounting exactly as if the call had never come.
         """
-        if priority is None and deadline is None and current_options() is NO_OPTIONS:
-            o = NO_OPTIONS
-            r = self._engine.admit(tool, tenant, tokens, max_wait)
-        else:
-            o = options(priority, deadline)
-            r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
-        decided = await wait(r) if isinstance(r, Waiting) else r
-        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
-            self._report(tool, decided, tenant, o.priority)
-        return decided
+        try:
+            if priority is None and deadline is None and current_options() is NO_OPTIONS:
+                o = NO_OPTIONS
+                if self._on_decision is None and _enabled.get(_INFO) is False:
+                    # Nothing to report (nor at DEBUG, below INFO): the engine's
+                    # awaitable as it comes.
+                    d = self._engine.decide(tool, tenant, tokens, max_wait)
+                    return self._waited(d, tool, tenant, None) if type(d) is Waiting else d
+                r = self._engine.admit(tool, tenant, tokens, max_wait)
+            else:
+                o = options(priority, deadline)
+                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
+            if type(r) is Waiting:
+                return self._waited(r, tool, tenant, o.priority)
+            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
+                self._report(tool, r, tenant, o.priority)
+            return ready(r)
+        except Exception as e:
+            return ready_raise(e)
 
-    async def admit(
+    def admit(
         self,
         tool: str,
         *,
@@ -234,11 +276,42 @@ class ToolRateLimitPolicy:
         max_wait: float | None = None,
         priority: Priority | None = None,
         deadline: Deadline | None = None,
-    ) -> Permit:
+    ) -> Coroutine[Any, Any, Permit]:
         """As :meth:`decide`, but raises :class:`AdmissionRejected` when rejected."""
-        r = await self.decide(
-            tool, tenant=tenant, tokens=tokens, max_wait=max_wait, priority=priority, deadline=deadline
-        )
+        try:
+            if priority is None and deadline is None and current_options() is NO_OPTIONS:
+                o = NO_OPTIONS
+                r = self._engine.admit(tool, tenant, tokens, max_wait)
+            else:
+                o = options(priority, deadline)
+                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
+            if type(r) is Waiting:
+                return self._admitted(self._waited(r, tool, tenant, o.priority))
+            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
+                self._report(tool, r, tenant, o.priority)
+            if type(r) is Permit:
+                return ready(r)
+            return self._rejected(r)
+        except Exception as e:
+            return ready_raise(e)
+
+    async def _waited(
+        self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None
+    ) -> Permit | Rejection:
+        """Waits for a call the engine could not decide at once, then reports it."""
+        decided = await wait(waiting)
+        if self._on_decision is not None or log.isEnabledFor(_DEBUG if isinstance(decided, Permit) else _INFO):
+            self._report(tool, decided, tenant, priority)
+        return decided
+
+    @staticmethod
+    def _rejected(r: Rejection) -> Coroutine[Any, Any, Permit]:
+        """An awaitable already decided that raises :class:`AdmissionRejected`."""
+        return ready_raise(AdmissionRejected.from_rejection(r))
+
+    @staticmethod
+    async def _admitted(waited: Coroutine[Any, Any, Permit | Rejection]) -> Permit:
+        r = await waited
         if isinstance(r, Rejection):
             raise AdmissionRejected.from_rejection(r)
         return r
@@ -382,7 +455,7 @@ class ToolRateLimitPolicy:
     # --- observability ---
 
     def _report(self, tool: str, r: Permit | Rejection, tenant: str | None, priority: str | None) -> None:
-        hook = self.on_decision
+        hook = self._on_decision
         if isinstance(r, Permit):
             waited = r.waited
             d = Decision(tool, True, waited=waited, tenant=tenant, priority=priority)
