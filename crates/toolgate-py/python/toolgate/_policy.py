@@ -429,7 +429,10 @@ class ToolRateLimitPolicy:
         try:
             # An earlier middleware's metadata, then the run's function_invocation_kwargs.
             o = options_of(getattr(context, "metadata", None), getattr(context, "kwargs", None))
-            decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
+            if o is NO_OPTIONS:
+                decision = await self.decide(name, tenant=tenant)
+            else:
+                decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:

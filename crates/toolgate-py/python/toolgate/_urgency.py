@@ -119,22 +119,24 @@ def options_of(*sources: object) -> CallOptions:
     (a framework's per-call metadata and keyword arguments, or the context object a
     run was given), as a key of a mapping or an attribute of another object, inside
     the enclosing :func:`call_options` blocks."""
-    found: dict[str, object] = {}
+    priority: object = None
+    deadline: object = None
     for source in sources:
-        for key in ("priority", "deadline"):
-            if key not in found:
-                value = _carried(source, key)
-                if value is not None:
-                    found[key] = value
-    return options(found.get("priority"), found.get("deadline"))
-
-
-def _carried(source: object, key: str) -> object:
-    if source is None:
-        return None
-    if isinstance(source, Mapping):
-        return source.get(key)
-    return getattr(source, key, None)
+        if source is None:
+            continue
+        if type(source) is dict or isinstance(source, Mapping):
+            if not source:
+                continue  # the common case: an empty dict of metadata or kwargs
+            p, d = source.get("priority"), source.get("deadline")
+        else:
+            p, d = getattr(source, "priority", None), getattr(source, "deadline", None)
+        if priority is None:
+            priority = p
+        if deadline is None:
+            deadline = d
+    if priority is None and deadline is None:
+        return _current.get()
+    return options(priority, deadline)
 
 
 @contextmanager
