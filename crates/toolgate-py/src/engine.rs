@@ -1,6 +1,7 @@
 //! `Engine`: the core engine behind `ToolRateLimitPolicy`.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 
@@ -26,6 +27,9 @@ pub(crate) struct Engine {
     clock: Arc<dyn Clock>,
     /// The tools of the policy in force (replaced when a tool is declared).
     tools: ArcSwap<Tools>,
+    /// Whether any tool of the policy in force waits when limited: when none does,
+    /// an admission skips looking its tool up among them.
+    any_waits: AtomicBool,
     /// Serialises [`Engine::declare`]: each one reads the policy in force and puts a
     /// new one in force.
     declaring: Mutex<()>,
@@ -83,6 +87,7 @@ impl Engine {
         Ok(Self {
             engine,
             clock,
+            any_waits: AtomicBool::new(!tools.load().waiting.is_empty()),
             tools,
             declaring: Mutex::new(()),
             deny_unknown,
@@ -121,7 +126,9 @@ impl Engine {
         self.engine
             .try_apply(policy)
             .map_err(|e| format!("store: {e}"))?;
+        let any_waits = !tools.waiting.is_empty();
         self.tools.store(Arc::new(tools));
+        self.any_waits.store(any_waits, Ordering::Release);
         Ok(())
     }
 
@@ -175,7 +182,8 @@ impl Engine {
         let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
         let priority = urgency::priority(priority)?;
         let deadline = urgency::deadline(deadline, &*self.clock)?;
-        let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
+        let waits = max_wait.is_some()
+            || (self.any_waits.load(Ordering::Acquire) && self.tools.load().waiting.contains(tool));
         if !waits && !self.shared {
             let call = Call::new(tool)
                 .with_tenant(tenant)
