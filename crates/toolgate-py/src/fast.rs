@@ -36,7 +36,8 @@ pub(crate) struct FastPath {
     /// `current_options` (the context variable's `get`) and the value of no options.
     options: Py<PyAny>,
     no_options: Py<PyAny>,
-    /// The logger's cache of `isEnabledFor` by level, and `logging.INFO`.
+    /// The `toolgate` logger, its cache of `isEnabledFor` by level, and `logging.INFO`.
+    logger: Py<PyAny>,
     enabled: Py<PyDict>,
     info: Py<PyAny>,
     /// Whether the policy has an `on_decision` hook.
@@ -73,9 +74,19 @@ impl FastPath {
         if priority.is_some() || deadline.is_some() || self.hooked.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        match self.enabled.bind(py).get_item(self.info.bind(py))? {
-            Some(e) if e.is(&*pyo3::types::PyBool::new(py, false)) => {}
-            _ => return Ok(None),
+        // Nothing logged at INFO: the logger's cache says so, or the logger is
+        // disabled (`logging.config` disables existing loggers; it then never fills
+        // its cache).
+        let quiet = match self.enabled.bind(py).get_item(self.info.bind(py))? {
+            Some(e) if e.is(&*pyo3::types::PyBool::new(py, false)) => true,
+            _ => self
+                .logger
+                .bind(py)
+                .getattr(intern!(py, "disabled"))?
+                .is_truthy()?,
+        };
+        if !quiet {
+            return Ok(None);
         }
         if !self.options.bind(py).call0()?.is(self.no_options.bind(py)) {
             return Ok(None);
@@ -168,6 +179,7 @@ impl FastPath {
         class: Py<PyAny>,
         options: Py<PyAny>,
         no_options: Py<PyAny>,
+        logger: Py<PyAny>,
         enabled: Py<PyDict>,
         info: Py<PyAny>,
         hooked: bool,
@@ -178,6 +190,7 @@ impl FastPath {
             class,
             options,
             no_options,
+            logger,
             enabled,
             info,
             hooked: AtomicBool::new(hooked),
@@ -349,6 +362,7 @@ impl FastPath {
         visit.call(&self.class)?;
         visit.call(&self.options)?;
         visit.call(&self.no_options)?;
+        visit.call(&self.logger)?;
         visit.call(&self.enabled)?;
         visit.call(&self.info)
     }

@@ -150,3 +150,23 @@ def test_a_policy_is_collected() -> None:
     del p
     gc.collect()
     assert ref() is None
+
+
+async def test_admissions_alone_fill_the_log_cache_and_a_disabled_logger_logs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("toolgate")
+    p = ToolRateLimitPolicy(limits={"t": RateLimit(100)}, clock=ManualClock())
+    log.setLevel(log.level)  # clears the logger's cache, as any level change does
+    assert logging.INFO not in log._cache
+    await p.decide("t")  # admitted: logged at DEBUG, yet the INFO entry is filled
+    assert log._cache.get(logging.INFO) is False
+    log.disabled = True
+    try:
+        with caplog.at_level(logging.DEBUG, logger="toolgate"):
+            log.disabled = True  # at_level does not enable it
+            await p.decide("t")
+            p.try_admit("t")
+    finally:
+        log.disabled = False
+    assert "toolgate" not in caplog.text

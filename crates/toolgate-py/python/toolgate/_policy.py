@@ -119,7 +119,7 @@ class ToolRateLimitPolicy:
         self._deny_unknown = engine.deny_unknown
         self.clock = clock
         self._fast = FastPath(
-            self, engine, ToolRateLimitPolicy, current_options, NO_OPTIONS, _enabled, _INFO, on_decision is not None
+            self, engine, ToolRateLimitPolicy, current_options, NO_OPTIONS, log, _enabled, _INFO, on_decision is not None
         )
         self.on_decision = on_decision
         self.tenant_of = tenant_of
@@ -458,6 +458,9 @@ class ToolRateLimitPolicy:
     # --- observability ---
 
     def _report(self, tool: str, r: Permit | Rejection, tenant: str | None, priority: str | None) -> None:
+        # Fills the logger's cache at INFO, which the fast path reads, also when only
+        # admissions (logged at DEBUG) come here.
+        log.isEnabledFor(_INFO)
         hook = self._on_decision
         if isinstance(r, Permit):
             waited = r.waited

@@ -158,6 +158,7 @@ class FastPath:
         class_: Any,
         options: Callable[[], Any],
         no_options: Any,
+        logger: Any,
         enabled: dict[int, bool],
         info: int,
         hooked: bool,
