@@ -428,10 +428,15 @@ class ToolRateLimitPolicy:
         tenant = self.tenant_of(context) if self.tenant_of is not None else None
         try:
             # An earlier middleware's metadata, then the run's function_invocation_kwargs.
-            o = options_of(getattr(context, "metadata", None), getattr(context, "kwargs", None))
-            if o is NO_OPTIONS:
+            metadata, kwargs = getattr(context, "metadata", None), getattr(context, "kwargs", None)
+            if (metadata is None or (type(metadata) is dict and not metadata)) and (
+                kwargs is None or (type(kwargs) is dict and not kwargs)
+            ):
+                # The common call: no metadata or keyword arguments, so no options of
+                # its own (the fast path reads the enclosing call_options).
                 decision = await self.decide(name, tenant=tenant)
             else:
+                o = options_of(metadata, kwargs)
                 decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
