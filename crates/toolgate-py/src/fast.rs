@@ -149,21 +149,24 @@ impl FastPath {
             .call((self.policy.bind(py), tool), Some(&kwargs))
     }
 
-    /// The policy's coroutine that waits for `waiting` and reports it.
-    fn waited<'py>(
+    /// The policy's coroutine that waits for `waiting` and reports it (and raises
+    /// for a rejection when `admit`).
+    fn waiting<'py>(
         &self,
         py: Python<'py>,
         waiting: &Bound<'py, PyAny>,
         plain: &Plain<'_>,
+        admit: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.class.bind(py).call_method1(
-            intern!(py, "_waited"),
+            intern!(py, "_waiting"),
             (
                 self.policy.bind(py),
                 waiting,
                 plain.tool,
                 plain.tenant,
                 py.None(),
+                admit,
             ),
         )
     }
@@ -238,7 +241,7 @@ impl FastPath {
                     Ok(r) => {
                         let r = r.into_bound(py);
                         if r.is_instance_of::<Waiting>() {
-                            self.waited(py, &r, &plain)
+                            self.waiting(py, &r, &plain, false)
                         } else {
                             ready::new(r, false)
                         }
@@ -296,8 +299,7 @@ impl FastPath {
                         let r = r.into_bound(py);
                         let class = self.class.bind(py);
                         if r.is_instance_of::<Waiting>() {
-                            let waited = self.waited(py, &r, &plain)?;
-                            class.call_method1(intern!(py, "_admitted"), (waited,))
+                            self.waiting(py, &r, &plain, true)
                         } else if r.is_instance_of::<Permit>() {
                             ready::new(r, false)
                         } else {

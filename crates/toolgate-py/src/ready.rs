@@ -16,6 +16,12 @@
 //! `asyncio.create_task`, `ensure_future` and `gather` take it as they take a
 //! coroutine. Awaiting it a second time raises `RuntimeError`, as for a coroutine.
 //!
+//! `CPython` 3.12 and later no longer use `am_send` for `await` in bytecode (their
+//! `SEND` calls `tp_iternext`, which must raise `StopIteration`), so there a decided
+//! call is a minimal coroutine (`async def decided(value): return value`), which
+//! their `SEND` runs without an exception; `ready`/`ready_raise` hand out whichever
+//! is cheaper on the running interpreter.
+//!
 //! This is the crate's only `unsafe` code.
 
 use std::ffi::{c_int, c_void};
@@ -42,10 +48,31 @@ struct ReadyObject {
 
 static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
-/// Creates the type (once, when the module is loaded).
+/// On `CPython` 3.12+: the coroutine functions giving a value and raising an error.
+static COROUTINES: PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> = PyOnceLock::new();
+
+/// Creates the type, or the coroutine functions on 3.12+ (once, when the module is
+/// loaded).
 pub(crate) fn init(py: Python<'_>) -> PyResult<()> {
     TYPE.get_or_try_init(py, || make_type(py))?;
+    COROUTINES.get_or_try_init(py, || coroutines(py))?;
     Ok(())
+}
+
+fn coroutines(py: Python<'_>) -> PyResult<Option<(Py<PyAny>, Py<PyAny>)>> {
+    if py.version_info() < (3, 12) {
+        return Ok(None);
+    }
+    let m = PyModule::from_code(
+        py,
+        c"async def decided(value):\n    return value\n\n\nasync def raised(error):\n    raise error\n",
+        c"<toolgate._toolgate.ready>",
+        c"toolgate._toolgate_ready",
+    )?;
+    Ok(Some((
+        m.getattr("decided")?.unbind(),
+        m.getattr("raised")?.unbind(),
+    )))
 }
 
 /// The type's methods (`send`, `throw`, `close`), made once per process.
@@ -157,9 +184,14 @@ pub(crate) fn ready_raise(error: Bound<'_, PyAny>) -> PyResult<Bound<'_, PyAny>>
     new(error, true)
 }
 
-/// A new `Ready` holding `value` (given out as the result, or raised).
+/// A new `Ready` holding `value` (given out as the result, or raised); on 3.12+ the
+/// coroutine doing the same.
 pub(crate) fn new(value: Bound<'_, PyAny>, raise: bool) -> PyResult<Bound<'_, PyAny>> {
     let py = value.py();
+    if let Some((decided, raised)) = COROUTINES.get_or_try_init(py, || coroutines(py))? {
+        let f = if raise { raised } else { decided };
+        return f.bind(py).call1((value,));
+    }
     let ty = TYPE.get_or_try_init(py, || make_type(py))?;
     // SAFETY: allocates an object of the type's basic size and initialises its header
     // (which takes a reference to the heap type) and both fields before use.

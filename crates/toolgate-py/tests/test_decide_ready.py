@@ -105,10 +105,18 @@ async def test_a_call_that_waits_is_a_coroutine_and_reports_after_its_wait() -> 
     permit = await asyncio.wait_for(waiting, 5)
     assert isinstance(permit, Permit) and permit.waited == pytest.approx(1.0)
     assert [d.admitted for d in seen] == [True, True]  # type: ignore[attr-defined]
-    # Never awaited: the waiter leaves as if it had never come.
+    # Cancelled before its task started: the waiter leaves as if it had never come.
+    task = asyncio.ensure_future(p.decide("t"))
+    assert p.state("t")["waiting"] == 1  # type: ignore[index]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert p.state("t")["waiting"] == 0  # type: ignore[index]
+    # Never awaited: the waiter leaves when the coroutine is closed and collected.
     c = p.decide("t")
     assert asyncio.iscoroutine(c) and p.state("t")["waiting"] == 1  # type: ignore[index]
     c.close()
+    del c
     assert p.state("t")["waiting"] == 0  # type: ignore[index]
 
 

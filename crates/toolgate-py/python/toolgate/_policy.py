@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -254,13 +254,13 @@ class ToolRateLimitPolicy:
                     # Nothing to report (nor at DEBUG, below INFO): the engine's
                     # awaitable as it comes.
                     d = self._engine.decide(tool, tenant, tokens, max_wait)
-                    return self._waited(d, tool, tenant, None) if type(d) is Waiting else d
+                    return self._waiting(d, tool, tenant, None, False) if type(d) is Waiting else d
                 r = self._engine.admit(tool, tenant, tokens, max_wait)
             else:
                 o = options(priority, deadline)
                 r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
             if type(r) is Waiting:
-                return self._waited(r, tool, tenant, o.priority)
+                return self._waiting(r, tool, tenant, o.priority, False)
             if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
                 self._report(tool, r, tenant, o.priority)
             return ready(r)
@@ -286,7 +286,7 @@ class ToolRateLimitPolicy:
                 o = options(priority, deadline)
                 r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
             if type(r) is Waiting:
-                return self._admitted(self._waited(r, tool, tenant, o.priority))
+                return self._waiting(r, tool, tenant, o.priority, True)
             if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
                 self._report(tool, r, tenant, o.priority)
             if type(r) is Permit:
@@ -294,6 +294,14 @@ class ToolRateLimitPolicy:
             return self._rejected(r)
         except Exception as e:
             return ready_raise(e)
+
+    def _waiting(
+        self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None, admit: bool
+    ) -> Coroutine[Any, Any, Any]:
+        """The coroutine of a call the engine could not decide at once: it waits,
+        reports, and (``admit``) raises :class:`AdmissionRejected` for a rejection."""
+        waited = self._waited(waiting, tool, tenant, priority)
+        return _WaitingCall(self._admitted(waited) if admit else waited, waiting)
 
     async def _waited(
         self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None
@@ -493,6 +501,41 @@ class ToolRateLimitPolicy:
 
     def __repr__(self) -> str:
         return f"ToolRateLimitPolicy(tools={sorted(self._tools)!r})"
+
+
+class _WaitingCall(Coroutine[Any, Any, T]):
+    """The coroutine of a waiting call (``coro``), which closes its ``waiting`` when
+    it is thrown into (a task cancelled) or closed before it started: the call has
+    been in the queue since ``decide`` was called, and must leave it at once, as if it
+    had never come, rather than when the coroutine is collected. Once started, the
+    coroutine (:func:`toolgate._permits.wait`) closes it itself."""
+
+    __slots__ = ("_coro", "_started", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], waiting: Waiting) -> None:
+        self._coro = coro
+        self._waiting = waiting
+        self._started = False
+
+    def __await__(self) -> Generator[Any, None, T]:
+        self._started = True
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        self._started = True
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if not self._started:
+            self._waiting.close()
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        if not self._started:
+            self._waiting.close()
+        self._coro.close()
 
 
 def _register_middleware(cls: type) -> None:
