@@ -25,6 +25,17 @@ use crate::permit::Permit;
 use crate::ready;
 use crate::waiting::Waiting;
 
+/// Whether a `call_options` block was ever entered in this process: until one is,
+/// every context holds the default (no options) and the fast path does not read the
+/// context variable.
+static OPTIONS_SET: AtomicBool = AtomicBool::new(false);
+
+/// Called by `call_options` before it sets its context variable.
+#[pyfunction]
+pub(crate) fn call_options_used() {
+    OPTIONS_SET.store(true, Ordering::Relaxed);
+}
+
 /// The fast path of one policy.
 #[pyclass(module = "toolgate._toolgate", frozen)]
 pub(crate) struct FastPath {
@@ -88,7 +99,9 @@ impl FastPath {
         if !quiet {
             return Ok(None);
         }
-        if !self.options.bind(py).call0()?.is(self.no_options.bind(py)) {
+        if OPTIONS_SET.load(Ordering::Relaxed)
+            && !self.options.bind(py).call0()?.is(self.no_options.bind(py))
+        {
             return Ok(None);
         }
         let Ok(tool) = tool.cast::<PyString>() else {

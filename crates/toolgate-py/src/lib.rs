@@ -38,6 +38,7 @@ fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<waiting::Waiting>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<fast::FastPath>()?;
+    m.add_function(wrap_pyfunction!(fast::call_options_used, m)?)?;
     ready::init(m.py())?;
     m.add_function(wrap_pyfunction!(ready::ready, m)?)?;
     m.add_function(wrap_pyfunction!(ready::ready_raise, m)?)?;

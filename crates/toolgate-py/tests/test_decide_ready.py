@@ -178,3 +178,29 @@ async def test_admissions_alone_fill_the_log_cache_and_a_disabled_logger_logs_no
     finally:
         log.disabled = False
     assert "toolgate" not in caplog.text
+
+
+def test_the_first_call_options_block_of_a_process_reaches_the_fast_path() -> None:
+    """The fast path reads the call_options context variable only once a block was
+    entered in the process: a fresh process checks that the first block counts."""
+    import subprocess
+    import sys
+
+    code = """
+import asyncio
+from toolgate import RateLimit, Rejection, ToolRateLimitPolicy, call_options
+
+async def main():
+    p = ToolRateLimitPolicy(limits={"t": RateLimit(100)})
+    assert not isinstance(await p.decide("t"), Rejection)
+    with call_options(deadline=0.0):  # already past: refused at once
+        r = await p.decide("t")
+        s = p.try_admit("t")
+    assert isinstance(r, Rejection) and r.quota == "deadline", r
+    assert isinstance(s, Rejection) and s.quota == "deadline", s
+    print("ok")
+
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -5,7 +5,7 @@ from typing import Any, TypeVar, final
 
 _T = TypeVar("_T")
 
-__all__ = ["__version__", "MAX_WAIT_SECONDS", "MAX_DEADLINE_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock", "FastPath", "ready", "ready_raise"]
+__all__ = ["__version__", "MAX_WAIT_SECONDS", "MAX_DEADLINE_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock", "FastPath", "call_options_used", "ready", "ready_raise"]
 
 __version__: str
 MAX_WAIT_SECONDS: float
@@ -194,9 +194,14 @@ class FastPath:
         deadline: Any = None,
     ) -> Permit | Rejection: ...
 
+def call_options_used() -> None:
+    """Tells the fast path that a ``call_options`` block was entered in this process
+    (until then it does not read the context variable)."""
+
 def ready(value: _T) -> Coroutine[Any, Any, _T]:
     """An awaitable already decided: its ``await`` gives ``value`` without running a
-    coroutine (``am_send``). A coroutine as ``asyncio`` sees it (``send``, ``throw``,
+    coroutine (``am_send``; on CPython 3.12+, which ignore that slot for ``await``, a
+    minimal coroutine). A coroutine as ``asyncio`` sees it (``send``, ``throw``,
     ``close``); a second ``await`` raises ``RuntimeError``."""
 
 def ready_raise(error: BaseException) -> Coroutine[Any, Any, Any]:

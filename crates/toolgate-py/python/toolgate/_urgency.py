@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Union, cast
 
-from ._toolgate import MAX_DEADLINE_SECONDS
+from ._toolgate import MAX_DEADLINE_SECONDS, call_options_used
 
 __all__ = ["CallOptions", "Deadline", "Priority", "call_options", "current", "options", "options_of"]
 
@@ -152,6 +152,7 @@ def call_options(*, priority: Priority | None = None, deadline: Deadline | None 
             await lookup_customer(42)   # a @policy.tool callable
     """
     opts = options(priority, deadline)
+    call_options_used()  # from now on, the fast path reads the context variable
     token = _current.set(opts)
     try:
         yield opts
