@@ -1,6 +1,7 @@
 //! `Engine`: the core engine behind `ToolRateLimitPolicy`.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 
@@ -26,6 +27,9 @@ pub(crate) struct Engine {
     clock: Arc<dyn Clock>,
     /// The tools of the policy in force (replaced when a tool is declared).
     tools: ArcSwap<Tools>,
+    /// Whether any tool of the policy in force waits when limited: when none does,
+    /// an admission skips looking its tool up among them.
+    any_waits: AtomicBool,
     /// Serialises [`Engine::declare`]: each one reads the policy in force and puts a
     /// new one in force.
     declaring: Mutex<()>,
@@ -83,6 +87,7 @@ impl Engine {
         Ok(Self {
             engine,
             clock,
+            any_waits: AtomicBool::new(!tools.load().waiting.is_empty()),
             tools,
             declaring: Mutex::new(()),
             deny_unknown,
@@ -121,7 +126,9 @@ impl Engine {
         self.engine
             .try_apply(policy)
             .map_err(|e| format!("store: {e}"))?;
+        let any_waits = !tools.waiting.is_empty();
         self.tools.store(Arc::new(tools));
+        self.any_waits.store(any_waits, Ordering::Release);
         Ok(())
     }
 
@@ -137,6 +144,75 @@ impl Engine {
         match decided {
             Ok(p) => self.permit(py, p),
             Err(r) => Rejection::into_py(py, r),
+        }
+    }
+
+    /// `try_admit`: a `Permit` or a `Rejection`.
+    pub(crate) fn try_admit_call(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
+        let call = Call::new(tool)
+            .with_tenant(tenant)
+            .tokens(tokens)
+            .priority(urgency::priority(priority)?)
+            .with_deadline(urgency::deadline(deadline, &*self.clock)?);
+        self.decide_now(py, &call)
+    }
+
+    /// `admit`: a `Permit`, a `Rejection` or a `Waiting`.
+    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
+    pub(crate) fn admit_call(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        max_wait: Option<f64>,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_process()?;
+        let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
+        let priority = urgency::priority(priority)?;
+        let deadline = urgency::deadline(deadline, &*self.clock)?;
+        let waits = max_wait.is_some()
+            || (self.any_waits.load(Ordering::Acquire) && self.tools.load().waiting.contains(tool));
+        if !waits && !self.shared {
+            let call = Call::new(tool)
+                .with_tenant(tenant)
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
+            return self.decide_now(py, &call);
+        }
+        let engine = self.engine.clone();
+        let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
+        let mut fut: AdmitFuture = Box::pin(async move {
+            let mut call = Call::new(&tool)
+                .with_tenant(tenant.as_deref())
+                .tokens(tokens)
+                .priority(priority)
+                .with_deadline(deadline);
+            if let Some(m) = max_wait {
+                call = call.max_wait(m);
+            }
+            if waits {
+                engine.admit(&call).await
+            } else {
+                engine.admit_now(&call).await
+            }
+        });
+        let clock = &*self.clock;
+        match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {
+            Step::Ready(r) => Waiting::outcome(py, r, &self.clock),
+            Step::Pending(_) => Ok(Py::new(py, Waiting::new(fut, self.clock.clone()))?.into_any()),
         }
     }
 
@@ -187,13 +263,7 @@ impl Engine {
         priority: Option<&str>,
         deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.check_process()?;
-        let call = Call::new(tool)
-            .with_tenant(tenant)
-            .tokens(tokens)
-            .priority(urgency::priority(priority)?)
-            .with_deadline(urgency::deadline(deadline, &*self.clock)?);
-        self.decide_now(py, &call)
+        self.try_admit_call(py, tool, tenant, tokens, priority, deadline)
     }
 
     /// Admits the call, honouring `on_limit = "wait"` (or a given `max_wait`).
@@ -211,41 +281,29 @@ impl Engine {
         priority: Option<&str>,
         deadline: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.check_process()?;
-        let max_wait = max_wait.map(|m| duration("max_wait", m)).transpose()?;
-        let priority = urgency::priority(priority)?;
-        let deadline = urgency::deadline(deadline, &*self.clock)?;
-        let waits = max_wait.is_some() || self.tools.load().waiting.contains(tool);
-        if !waits && !self.shared {
-            let call = Call::new(tool)
-                .with_tenant(tenant)
-                .tokens(tokens)
-                .priority(priority)
-                .with_deadline(deadline);
-            return self.decide_now(py, &call);
+        self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)
+    }
+
+    /// As `admit`, but a call decided at once comes as an awaitable already decided
+    /// (`Ready`: its `await` gives the `Permit` or `Rejection` without a coroutine);
+    /// a call that waits is a `Waiting`, as from `admit`.
+    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None, priority = None, deadline = None))]
+    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
+    fn decide(
+        &self,
+        py: Python<'_>,
+        tool: &str,
+        tenant: Option<&str>,
+        tokens: u64,
+        max_wait: Option<f64>,
+        priority: Option<&str>,
+        deadline: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let r = self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)?;
+        if r.bind(py).is_instance_of::<Waiting>() {
+            return Ok(r);
         }
-        let engine = self.engine.clone();
-        let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
-        let mut fut: AdmitFuture = Box::pin(async move {
-            let mut call = Call::new(&tool)
-                .with_tenant(tenant.as_deref())
-                .tokens(tokens)
-                .priority(priority)
-                .with_deadline(deadline);
-            if let Some(m) = max_wait {
-                call = call.max_wait(m);
-            }
-            if waits {
-                engine.admit(&call).await
-            } else {
-                engine.admit_now(&call).await
-            }
-        });
-        let clock = &*self.clock;
-        match py.detach(|| Waiting::step(&mut fut, Waker::noop(), clock)) {
-            Step::Ready(r) => Waiting::outcome(py, r, &self.clock),
-            Step::Pending(_) => Ok(Py::new(py, Waiting::new(fut, self.clock.clone()))?.into_any()),
-        }
+        Ok(crate::ready::new(r.into_bound(py), false)?.unbind())
     }
 
     /// The tools that have a policy, sorted.

@@ -8,7 +8,10 @@
 
 mod clock;
 mod engine;
+mod fast;
 mod permit;
+#[allow(unsafe_code)]
+mod ready;
 mod rejection;
 mod store;
 mod urgency;
@@ -34,6 +37,11 @@ fn toolgate_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rejection::Rejection>()?;
     m.add_class::<waiting::Waiting>()?;
     m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<fast::FastPath>()?;
+    m.add_function(wrap_pyfunction!(fast::call_options_used, m)?)?;
+    ready::init(m.py())?;
+    m.add_function(wrap_pyfunction!(ready::ready, m)?)?;
+    m.add_function(wrap_pyfunction!(ready::ready_raise, m)?)?;
     // Wakers that fire while the interpreter exits must not call into it, and a
     // child process after fork() needs a notifier thread of its own.
     let py = m.py();

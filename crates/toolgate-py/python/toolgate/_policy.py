@@ -15,14 +15,14 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._config import RateLimit, ToolRateLimit, config_json, limits_config, read_toml
 from ._errors import AdmissionRejected
 from ._permits import Guard, hold, rejection_result, wait
-from ._toolgate import Engine, ManualClock, Permit, Rejection, Waiting
+from ._toolgate import Engine, FastPath, ManualClock, Permit, Rejection, Waiting, ready, ready_raise
 from ._urgency import NO_OPTIONS, Deadline, Priority, check_priority, current, current_options, options, options_of
 
 if TYPE_CHECKING:
@@ -35,6 +35,14 @@ else:
 
 T = TypeVar("T")
 log = logging.getLogger("toolgate")
+_DEBUG, _INFO = logging.DEBUG, logging.INFO
+_cache = getattr(log, "_cache", None)
+#: The logger's own cache of ``isEnabledFor`` by level (``logging`` clears it whenever
+#: a level, a handler's logger or ``logging.disable`` changes). A decision reads it,
+#: a dict lookup, instead of calling ``isEnabledFor``: ``False`` means nothing would
+#: be logged at that level; anything else (``True``, not cached yet, or a Python
+#: whose loggers keep no such cache) goes to the exact check of ``_report``.
+_enabled: dict[int, bool] = _cache if isinstance(_cache, dict) else {}
 
 __all__ = ["Decision", "ToolRateLimitPolicy"]
 
@@ -110,9 +118,28 @@ class ToolRateLimitPolicy:
         self._tools = frozenset(engine.tools())
         self._deny_unknown = engine.deny_unknown
         self.clock = clock
+        self._fast = FastPath(
+            self, engine, ToolRateLimitPolicy, current_options, NO_OPTIONS, log, _enabled, _INFO, on_decision is not None
+        )
         self.on_decision = on_decision
         self.tenant_of = tenant_of
+        # The common call (no priority, deadline or call_options, nothing to report)
+        # is decided by the Rust fast path without a Python frame; it hands every
+        # other call to the methods below. A subclass's own method stays its own.
+        for name in ("decide", "admit", "try_admit"):
+            if getattr(type(self), name) is getattr(ToolRateLimitPolicy, name):
+                self.__dict__[name] = getattr(self._fast, name)
         _register_middleware(type(self))
+
+    @property
+    def on_decision(self) -> Callable[[Decision], None] | None:
+        """Called with every :class:`Decision` (never with the call's arguments)."""
+        return self._on_decision
+
+    @on_decision.setter
+    def on_decision(self, hook: Callable[[Decision], None] | None) -> None:
+        self._on_decision = hook
+        self._fast.set_hooked(hook is not None)
 
     # --- construction from the config format ---
 
@@ -186,11 +213,11 @@ class ToolRateLimitPolicy:
         else:
             o = options(priority, deadline)
             r = self._engine.try_admit(tool, tenant, tokens, o.priority, o.seconds_left())
-        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(r, Permit) else logging.INFO):
+        if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
             self._report(tool, r, tenant, o.priority)
         return r
 
-    async def decide(
+    def decide(
         self,
         tool: str,
         *,
@@ -199,7 +226,7 @@ class ToolRateLimitPolicy:
         max_wait: float | None = None,
         priority: Priority | None = None,
         deadline: Deadline | None = None,
-    ) -> Permit | Rejection:
+    ) -> Coroutine[Any, Any, Permit | Rejection]:
         """Admits the call, waiting in FIFO order when the tool's ``on_limit`` is
         ``"wait"`` (or ``max_wait`` is given). Returns a ``Permit`` or a
         ``Rejection``; raises nothing for a rejection.
@@ -211,21 +238,36 @@ class ToolRateLimitPolicy:
         at once (``max_wait_exceeded``, quota ``deadline``). Both default to the
         enclosing :func:`toolgate.call_options`; invalid ones raise ``ValueError``.
 
+        The engine decides when ``decide`` is called: a call decided at once
+        returns an awaitable already decided (no coroutine to run; it is a
+        coroutine as ``asyncio`` sees it, so ``create_task`` and ``gather`` take it),
+        and only a call that waits returns a coroutine that waits. Errors (an
+        invalid ``priority``, ...) are raised by the ``await``, as before.
+
         Cancel safety: cancelling the awaiting task while it waits leaves the
         accounting exactly as if the call had never come.
         """
-        if priority is None and deadline is None and current_options() is NO_OPTIONS:
-            o = NO_OPTIONS
-            r = self._engine.admit(tool, tenant, tokens, max_wait)
-        else:
-            o = options(priority, deadline)
-            r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
-        decided = await wait(r) if isinstance(r, Waiting) else r
-        if self.on_decision is not None or log.isEnabledFor(logging.DEBUG if isinstance(decided, Permit) else logging.INFO):
-            self._report(tool, decided, tenant, o.priority)
-        return decided
+        try:
+            if priority is None and deadline is None and current_options() is NO_OPTIONS:
+                o = NO_OPTIONS
+                if self._on_decision is None and _enabled.get(_INFO) is False:
+                    # Nothing to report (nor at DEBUG, below INFO): the engine's
+                    # awaitable as it comes.
+                    d = self._engine.decide(tool, tenant, tokens, max_wait)
+                    return self._waiting(d, tool, tenant, None, False) if type(d) is Waiting else d
+                r = self._engine.admit(tool, tenant, tokens, max_wait)
+            else:
+                o = options(priority, deadline)
+                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
+            if type(r) is Waiting:
+                return self._waiting(r, tool, tenant, o.priority, False)
+            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
+                self._report(tool, r, tenant, o.priority)
+            return ready(r)
+        except Exception as e:
+            return ready_raise(e)
 
-    async def admit(
+    def admit(
         self,
         tool: str,
         *,
@@ -234,11 +276,50 @@ class ToolRateLimitPolicy:
         max_wait: float | None = None,
         priority: Priority | None = None,
         deadline: Deadline | None = None,
-    ) -> Permit:
+    ) -> Coroutine[Any, Any, Permit]:
         """As :meth:`decide`, but raises :class:`AdmissionRejected` when rejected."""
-        r = await self.decide(
-            tool, tenant=tenant, tokens=tokens, max_wait=max_wait, priority=priority, deadline=deadline
-        )
+        try:
+            if priority is None and deadline is None and current_options() is NO_OPTIONS:
+                o = NO_OPTIONS
+                r = self._engine.admit(tool, tenant, tokens, max_wait)
+            else:
+                o = options(priority, deadline)
+                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
+            if type(r) is Waiting:
+                return self._waiting(r, tool, tenant, o.priority, True)
+            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
+                self._report(tool, r, tenant, o.priority)
+            if type(r) is Permit:
+                return ready(r)
+            return self._rejected(r)
+        except Exception as e:
+            return ready_raise(e)
+
+    def _waiting(
+        self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None, admit: bool
+    ) -> Coroutine[Any, Any, Any]:
+        """The coroutine of a call the engine could not decide at once: it waits,
+        reports, and (``admit``) raises :class:`AdmissionRejected` for a rejection."""
+        waited = self._waited(waiting, tool, tenant, priority)
+        return _WaitingCall(self._admitted(waited) if admit else waited, waiting)
+
+    async def _waited(
+        self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None
+    ) -> Permit | Rejection:
+        """Waits for a call the engine could not decide at once, then reports it."""
+        decided = await wait(waiting)
+        if self._on_decision is not None or log.isEnabledFor(_DEBUG if isinstance(decided, Permit) else _INFO):
+            self._report(tool, decided, tenant, priority)
+        return decided
+
+    @staticmethod
+    def _rejected(r: Rejection) -> Coroutine[Any, Any, Permit]:
+        """An awaitable already decided that raises :class:`AdmissionRejected`."""
+        return ready_raise(AdmissionRejected.from_rejection(r))
+
+    @staticmethod
+    async def _admitted(waited: Coroutine[Any, Any, Permit | Rejection]) -> Permit:
+        r = await waited
         if isinstance(r, Rejection):
             raise AdmissionRejected.from_rejection(r)
         return r
@@ -355,8 +436,16 @@ class ToolRateLimitPolicy:
         tenant = self.tenant_of(context) if self.tenant_of is not None else None
         try:
             # An earlier middleware's metadata, then the run's function_invocation_kwargs.
-            o = options_of(getattr(context, "metadata", None), getattr(context, "kwargs", None))
-            decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
+            metadata, kwargs = getattr(context, "metadata", None), getattr(context, "kwargs", None)
+            if (metadata is None or (type(metadata) is dict and not metadata)) and (
+                kwargs is None or (type(kwargs) is dict and not kwargs)
+            ):
+                # The common call: no metadata or keyword arguments, so no options of
+                # its own (the fast path reads the enclosing call_options).
+                decision = await self.decide(name, tenant=tenant)
+            else:
+                o = options_of(metadata, kwargs)
+                decision = await self.decide(name, tenant=tenant, priority=o.priority, deadline=o.seconds_left())
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
             raise
         except Exception as e:
@@ -382,7 +471,10 @@ class ToolRateLimitPolicy:
     # --- observability ---
 
     def _report(self, tool: str, r: Permit | Rejection, tenant: str | None, priority: str | None) -> None:
-        hook = self.on_decision
+        # Fills the logger's cache at INFO, which the fast path reads, also when only
+        # admissions (logged at DEBUG) come here.
+        log.isEnabledFor(_INFO)
+        hook = self._on_decision
         if isinstance(r, Permit):
             waited = r.waited
             d = Decision(tool, True, waited=waited, tenant=tenant, priority=priority)
@@ -409,6 +501,41 @@ class ToolRateLimitPolicy:
 
     def __repr__(self) -> str:
         return f"ToolRateLimitPolicy(tools={sorted(self._tools)!r})"
+
+
+class _WaitingCall(Coroutine[Any, Any, T]):
+    """The coroutine of a waiting call (``coro``), which closes its ``waiting`` when
+    it is thrown into (a task cancelled) or closed before it started: the call has
+    been in the queue since ``decide`` was called, and must leave it at once, as if it
+    had never come, rather than when the coroutine is collected. Once started, the
+    coroutine (:func:`toolgate._permits.wait`) closes it itself."""
+
+    __slots__ = ("_coro", "_started", "_waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], waiting: Waiting) -> None:
+        self._coro = coro
+        self._waiting = waiting
+        self._started = False
+
+    def __await__(self) -> Generator[Any, None, T]:
+        self._started = True
+        return self._coro.__await__()
+
+    def send(self, value: Any) -> Any:
+        self._started = True
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if not self._started:
+            self._waiting.close()
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        if not self._started:
+            self._waiting.close()
+        self._coro.close()
 
 
 def _register_middleware(cls: type) -> None:

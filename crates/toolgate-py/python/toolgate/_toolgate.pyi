@@ -1,9 +1,11 @@
 """The native engine of toolgate (Rust, PyO3). Use the API of ``toolgate`` instead."""
 
-from collections.abc import Callable
-from typing import Any, final
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar, final
 
-__all__ = ["__version__", "MAX_WAIT_SECONDS", "MAX_DEADLINE_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock"]
+_T = TypeVar("_T")
+
+__all__ = ["__version__", "MAX_WAIT_SECONDS", "MAX_DEADLINE_SECONDS", "Engine", "Permit", "Rejection", "Waiting", "ManualClock", "FastPath", "call_options_used", "ready", "ready_raise"]
 
 __version__: str
 MAX_WAIT_SECONDS: float
@@ -123,6 +125,17 @@ class Engine:
         deadline: float | None = None,
     ) -> Permit | Rejection | Waiting:
         """As ``try_admit``, honouring wait mode (or ``max_wait``)."""
+    def decide(
+        self,
+        tool: str,
+        tenant: str | None = None,
+        tokens: int = 0,
+        max_wait: float | None = None,
+        priority: str | None = None,
+        deadline: float | None = None,
+    ) -> Coroutine[Any, Any, Permit | Rejection] | Waiting:
+        """As ``admit``, but a call decided at once comes as an awaitable already
+        decided (see ``ready``)."""
     def tools(self) -> list[str]: ...
     def declare(self, tool: str, table: str) -> None:
         """Adds ``tool`` with ``table`` (a JSON tool table) to the policy in force;
@@ -131,3 +144,65 @@ class Engine:
     def deny_unknown(self) -> bool: ...
     def now(self) -> float: ...
     def tool_state(self, tool: str, tenant: str | None = None) -> dict[str, Any] | None: ...
+
+@final
+class FastPath:
+    """A policy's ``decide``, ``admit`` and ``try_admit`` for the common call (no
+    priority, deadline or ``call_options``, nothing to report), decided without a
+    Python frame; every other call goes to the methods of ``cls``."""
+
+    def __new__(
+        cls,
+        policy: Any,
+        engine: Engine,
+        class_: Any,
+        options: Callable[[], Any],
+        no_options: Any,
+        logger: Any,
+        enabled: dict[int, bool],
+        info: int,
+        hooked: bool,
+    ) -> FastPath: ...
+    def set_hooked(self, hooked: bool) -> None: ...
+    def decide(
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int | None = None,
+        max_wait: float | None = None,
+        priority: str | None = None,
+        deadline: Any = None,
+    ) -> Coroutine[Any, Any, Permit | Rejection]: ...
+    def admit(
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int | None = None,
+        max_wait: float | None = None,
+        priority: str | None = None,
+        deadline: Any = None,
+    ) -> Coroutine[Any, Any, Permit]: ...
+    def try_admit(
+        self,
+        tool: str,
+        *,
+        tenant: str | None = None,
+        tokens: int | None = None,
+        priority: str | None = None,
+        deadline: Any = None,
+    ) -> Permit | Rejection: ...
+
+def call_options_used() -> None:
+    """Tells the fast path that a ``call_options`` block was entered in this process
+    (until then it does not read the context variable)."""
+
+def ready(value: _T) -> Coroutine[Any, Any, _T]:
+    """An awaitable already decided: its ``await`` gives ``value`` without running a
+    coroutine (``am_send``; on CPython 3.12+, which ignore that slot for ``await``, a
+    minimal coroutine). A coroutine as ``asyncio`` sees it (``send``, ``throw``,
+    ``close``); a second ``await`` raises ``RuntimeError``."""
+
+def ready_raise(error: BaseException) -> Coroutine[Any, Any, Any]:
+    """As ``ready``, but its ``await`` raises ``error``."""

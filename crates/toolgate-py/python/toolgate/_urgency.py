@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Union, cast
 
-from ._toolgate import MAX_DEADLINE_SECONDS
+from ._toolgate import MAX_DEADLINE_SECONDS, call_options_used
 
 __all__ = ["CallOptions", "Deadline", "Priority", "call_options", "current", "options", "options_of"]
 
@@ -119,22 +119,24 @@ def options_of(*sources: object) -> CallOptions:
     (a framework's per-call metadata and keyword arguments, or the context object a
     run was given), as a key of a mapping or an attribute of another object, inside
     the enclosing :func:`call_options` blocks."""
-    found: dict[str, object] = {}
+    priority: object = None
+    deadline: object = None
     for source in sources:
-        for key in ("priority", "deadline"):
-            if key not in found:
-                value = _carried(source, key)
-                if value is not None:
-                    found[key] = value
-    return options(found.get("priority"), found.get("deadline"))
-
-
-def _carried(source: object, key: str) -> object:
-    if source is None:
-        return None
-    if isinstance(source, Mapping):
-        return source.get(key)
-    return getattr(source, key, None)
+        if source is None:
+            continue
+        if type(source) is dict or isinstance(source, Mapping):
+            if not source:
+                continue  # the common case: an empty dict of metadata or kwargs
+            p, d = source.get("priority"), source.get("deadline")
+        else:
+            p, d = getattr(source, "priority", None), getattr(source, "deadline", None)
+        if priority is None:
+            priority = p
+        if deadline is None:
+            deadline = d
+    if priority is None and deadline is None:
+        return _current.get()
+    return options(priority, deadline)
 
 
 @contextmanager
@@ -150,6 +152,7 @@ def call_options(*, priority: Priority | None = None, deadline: Deadline | None 
             await lookup_customer(42)   # a @policy.tool callable
     """
     opts = options(priority, deadline)
+    call_options_used()  # from now on, the fast path reads the context variable
     token = _current.set(opts)
     try:
         yield opts
