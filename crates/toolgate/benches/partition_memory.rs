@@ -61,7 +61,10 @@ fn main() {
     }
     let governor = live_bytes().saturating_sub(before) as f64 / tenants as f64;
 
-    assert!(toolgate > 0.0 && governor > 0.0, "every partition costs memory");
+    assert!(
+        toolgate > 0.0 && governor > 0.0,
+        "every partition costs memory"
+    );
     println!(
         "heap bytes per partition ({tenants} tenants, allocator statistics): toolgate {toolgate:.1} B, governor {governor:.1} B ({:.2}x)",
         toolgate / governor
