@@ -183,7 +183,57 @@ impl FastPath {
             ),
         )
     }
+
+    /// `decide` (`raises` false: a rejection is the answer) or `admit` (`raises`:
+    /// a rejection is raised by the policy's `_rejected`) of the call `(tool,
+    /// tenant, tokens, max_wait)`: from here when it is a plain call whose wait
+    /// bound reads as seconds, else by the Python method of that name.
+    fn admit_or_decide<'py>(
+        &self,
+        py: Python<'py>,
+        raises: bool,
+        (tool, tenant, tokens, max_wait): Call<'_, 'py>,
+        priority: Option<&Bound<'py, PyAny>>,
+        deadline: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if let Ok(wait) = seconds(max_wait) {
+            if let Some(plain) = self.plain(py, tool, tenant, tokens, priority, deadline)? {
+                let engine = self.engine.get();
+                let answer =
+                    engine.admit_call(py, plain.tool, plain.tenant, plain.tokens, wait, None, None);
+                return match answer {
+                    Ok(r) => {
+                        let r = r.into_bound(py);
+                        if r.is_instance_of::<Waiting>() {
+                            self.waiting(py, &r, &plain, raises)
+                        } else if raises && !r.is_instance_of::<Permit>() {
+                            self.class
+                                .bind(py)
+                                .call_method1(intern!(py, "_rejected"), (r,))
+                        } else {
+                            ready::new(r, false)
+                        }
+                    }
+                    Err(e) => ready::new(e.into_value(py).into_bound(py).into_any(), true),
+                };
+            }
+        }
+        let name = if raises {
+            intern!(py, "admit")
+        } else {
+            intern!(py, "decide")
+        };
+        self.full(py, name, tool, tenant, tokens, max_wait, priority, deadline)
+    }
 }
+
+/// A call's tool, tenant, tokens and wait bound, as Python passed them.
+type Call<'a, 'py> = (
+    &'a Bound<'py, PyAny>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+    Option<&'a Bound<'py, PyAny>>,
+);
 
 #[pymethods]
 impl FastPath {
@@ -231,48 +281,8 @@ impl FastPath {
         priority: Option<Bound<'py, PyAny>>,
         deadline: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if let Ok(max_wait) = seconds(max_wait.as_ref()) {
-            let plain = self.plain(
-                py,
-                &tool,
-                tenant.as_ref(),
-                tokens.as_ref(),
-                priority.as_ref(),
-                deadline.as_ref(),
-            )?;
-            if let Some(plain) = plain {
-                let engine = self.engine.get();
-                return match engine.admit_call(
-                    py,
-                    plain.tool,
-                    plain.tenant,
-                    plain.tokens,
-                    max_wait,
-                    None,
-                    None,
-                ) {
-                    Ok(r) => {
-                        let r = r.into_bound(py);
-                        if r.is_instance_of::<Waiting>() {
-                            self.waiting(py, &r, &plain, false)
-                        } else {
-                            ready::new(r, false)
-                        }
-                    }
-                    Err(e) => ready::new(e.into_value(py).into_bound(py).into_any(), true),
-                };
-            }
-        }
-        self.full(
-            py,
-            intern!(py, "decide"),
-            &tool,
-            tenant.as_ref(),
-            tokens.as_ref(),
-            max_wait.as_ref(),
-            priority.as_ref(),
-            deadline.as_ref(),
-        )
+        let call = (&tool, tenant.as_ref(), tokens.as_ref(), max_wait.as_ref());
+        self.admit_or_decide(py, false, call, priority.as_ref(), deadline.as_ref())
     }
 
     /// `ToolRateLimitPolicy.admit`.
@@ -288,51 +298,8 @@ impl FastPath {
         priority: Option<Bound<'py, PyAny>>,
         deadline: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if let Ok(max_wait) = seconds(max_wait.as_ref()) {
-            let plain = self.plain(
-                py,
-                &tool,
-                tenant.as_ref(),
-                tokens.as_ref(),
-                priority.as_ref(),
-                deadline.as_ref(),
-            )?;
-            if let Some(plain) = plain {
-                let engine = self.engine.get();
-                return match engine.admit_call(
-                    py,
-                    plain.tool,
-                    plain.tenant,
-                    plain.tokens,
-                    max_wait,
-                    None,
-                    None,
-                ) {
-                    Ok(r) => {
-                        let r = r.into_bound(py);
-                        let class = self.class.bind(py);
-                        if r.is_instance_of::<Waiting>() {
-                            self.waiting(py, &r, &plain, true)
-                        } else if r.is_instance_of::<Permit>() {
-                            ready::new(r, false)
-                        } else {
-                            class.call_method1(intern!(py, "_rejected"), (r,))
-                        }
-                    }
-                    Err(e) => ready::new(e.into_value(py).into_bound(py).into_any(), true),
-                };
-            }
-        }
-        self.full(
-            py,
-            intern!(py, "admit"),
-            &tool,
-            tenant.as_ref(),
-            tokens.as_ref(),
-            max_wait.as_ref(),
-            priority.as_ref(),
-            deadline.as_ref(),
-        )
+        let call = (&tool, tenant.as_ref(), tokens.as_ref(), max_wait.as_ref());
+        self.admit_or_decide(py, true, call, priority.as_ref(), deadline.as_ref())
     }
 
     /// `ToolRateLimitPolicy.try_admit`.
