@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use toolgate::{Call, Policy, Reason};
 
 use crate::backend::{Backend, Factory, RedisFactory};
-use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
+use crate::support::{prefix, redis_available, store, tat, RedisServer, HEAVY};
 
 /// One call's answer: admitted, or denied with its retry in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,24 +211,6 @@ fn a_batch_decides_each_call_exactly_as_the_calls_one_by_one() {
             now += next(u64::try_from(b.units(b.burst).0).expect("small") / 2 + 2);
         }
     }
-}
-
-/// A bucket's TAT (whole µs, remainder), or `None` for a missing key.
-fn tat(conn: &mut redis::Connection, key: &str) -> Option<(u64, u64)> {
-    let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).expect("state");
-    let v = v?;
-    let num = |i: usize| {
-        let mut b = [0; 8];
-        b.copy_from_slice(&v[8 * i..8 * i + 8]);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "the scripts keep integers below 2^53"
-        )]
-        let n = f64::from_le_bytes(b) as u64;
-        n
-    };
-    Some((num(0), num(1)))
 }
 
 /// Script runs Redis counted since the last reset (`EVALSHA` and `EVAL`).

@@ -7,7 +7,7 @@ use toolgate::{Call, Clock, ManualClock, Policy, Reason};
 use toolgate_redis::{Source, StoreError};
 
 use crate::backend::{Backend, Factory, RedisFactory};
-use crate::support::{prefix, redis_available, store, RedisServer};
+use crate::support::{prefix, redis_available, store, tat, RedisServer};
 
 /// A crashed process's in-flight calls are released when their leases expire.
 #[tokio::test]
@@ -211,7 +211,7 @@ fn the_release_script_bounds_any_token_charge_exactly() {
             let applied = charge(&mut conn, &key, bucket, delta);
             assert_eq!(applied.ok(), Some(1), "{delta}");
             assert_eq!(
-                tat(&mut conn, &key),
+                tat(&mut conn, &key).expect("a bucket"),
                 (now + owed, third),
                 "{delta} {bucket:?}"
             );
@@ -224,31 +224,12 @@ fn the_release_script_bounds_any_token_charge_exactly() {
                 .expect("set");
             assert_eq!(charge(&mut conn, &key, bucket, delta).ok(), Some(1));
             assert_eq!(
-                tat(&mut conn, &key),
+                tat(&mut conn, &key).expect("a bucket"),
                 (now + 5_000_000, 0),
                 "{delta} {bucket:?}"
             );
         }
     }
-}
-
-/// A bucket's state: its TAT in whole µs and the remainder in `1/den` µs (the
-/// first two of the four little-endian doubles the scripts keep, `docs/redis.md`).
-fn tat(conn: &mut redis::Connection, key: &str) -> (u64, u64) {
-    let v: Vec<u8> = redis::cmd("GET").arg(key).query(conn).expect("state");
-    assert_eq!(v.len(), 32, "{v:?}");
-    let num = |i: usize| {
-        let mut b = [0; 8];
-        b.copy_from_slice(&v[8 * i..8 * i + 8]);
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "the scripts keep integers below 2^53"
-        )]
-        let n = f64::from_le_bytes(b) as u64;
-        n
-    };
-    (num(0), num(1))
 }
 
 /// A bucket's state as the scripts keep it: TAT `t` µs, nothing reserved, no

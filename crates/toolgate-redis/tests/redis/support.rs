@@ -217,3 +217,24 @@ pub fn store(url: &str, prefix: &str, extra: &str) -> StoreConfig {
         .store
         .expect("a store section")
 }
+
+/// A bucket's state: its TAT in whole µs and the remainder in `1/den` µs (the first
+/// two of the four little-endian doubles the scripts keep, `docs/redis.md`), or
+/// `None` for a missing key.
+pub fn tat(conn: &mut redis::Connection, key: &str) -> Option<(u64, u64)> {
+    let v: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(conn).expect("state");
+    let v = v?;
+    assert_eq!(v.len(), 32, "{v:?}");
+    let num = |i: usize| {
+        let mut b = [0; 8];
+        b.copy_from_slice(&v[8 * i..8 * i + 8]);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "the scripts keep integers below 2^53"
+        )]
+        let n = f64::from_le_bytes(b) as u64;
+        n
+    };
+    Some((num(0), num(1)))
+}
