@@ -14,9 +14,11 @@
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
 //! as in the `quotas_per_call` criterion group), `rejected` (`Engine::try_admit`
 //! refused by a spent bucket), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
-//! ready attempt, and admission plus completion by hand, on a resilient tool) and
-//! `governor_keyed` (governor's
-//! keyed limiter, the same tenants). Without arguments (as under
+//! ready attempt, and admission plus completion by hand, on a resilient tool),
+//! `governor_keyed` (governor's keyed limiter, the same tenants), and
+//! `tenant_100k` / `governor_keyed_100k` (100,000 partitions made first, then keys
+//! 7,919 apart, as in the `partitions_100k` criterion group: with
+//! `--cache-sim=yes`, the data cache misses per decision). Without arguments (as under
 //! `cargo test --benches`) each form runs a few calls.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -62,6 +64,34 @@ fn run(form: &str, n: u64) {
             let keys = tenant_keys(64);
             (0..n).for_each(|i| black_box(gov.check_key(&keys[i as usize % keys.len()])).unwrap());
         }
+        "tenant_100k" | "governor_keyed_100k" => {
+            // The `partitions_100k` criterion group's pattern: 100,000 partitions
+            // made first, then keys taken 7,919 apart (for cache-miss counts).
+            let keys = tenant_keys(100_000);
+            let e = engine(&format!(
+                "{OPEN_BUCKET}\npartition = \"tenant\"\nmax_partitions = 200000"
+            ));
+            let gov = governor_keyed();
+            for k in &keys {
+                if form == "tenant_100k" {
+                    drop(e.try_admit(&Call::new("t").tenant(k)).unwrap());
+                } else {
+                    gov.check_key(k).unwrap();
+                }
+            }
+            let mut i = 0;
+            (0..n).for_each(|_| {
+                i = (i + 7919) % keys.len();
+                if form == "tenant_100k" {
+                    drop(
+                        e.try_admit(black_box(&Call::new("t").tenant(&keys[i])))
+                            .unwrap(),
+                    );
+                } else {
+                    black_box(gov.check_key(&keys[i])).unwrap();
+                }
+            });
+        }
         "tenant" => {
             let e = engine(&format!("{OPEN_BUCKET}\npartition = \"tenant\""));
             let keys = tenant_keys(64);
@@ -98,9 +128,7 @@ fn run(form: &str, n: u64) {
                 permit.complete(Completion::success().tokens(10));
             });
         }
-        other => panic!(
-            "unknown form {other:?}: governor, scoped, owned, by_name, tenant, four or governor_keyed"
-        ),
+        other => panic!("unknown form {other:?}: see the module documentation"),
     }
 }
 
