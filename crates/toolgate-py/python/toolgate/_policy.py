@@ -249,21 +249,13 @@ class ToolRateLimitPolicy:
         """
         try:
             if priority is None and deadline is None and current_options() is NO_OPTIONS:
-                o = NO_OPTIONS
                 if self._on_decision is None and _enabled.get(_INFO) is False:
                     # Nothing to report (nor at DEBUG, below INFO): the engine's
                     # awaitable as it comes.
                     d = self._engine.decide(tool, tenant, tokens, max_wait)
                     return self._waiting(d, tool, tenant, None, False) if type(d) is Waiting else d
-                r = self._engine.admit(tool, tenant, tokens, max_wait)
-            else:
-                o = options(priority, deadline)
-                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
-            if type(r) is Waiting:
-                return self._waiting(r, tool, tenant, o.priority, False)
-            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
-                self._report(tool, r, tenant, o.priority)
-            return ready(r)
+            r = self._answer(tool, tenant, tokens, max_wait, priority, deadline, False)
+            return ready(r) if type(r) is Permit or type(r) is Rejection else r
         except Exception as e:
             return ready_raise(e)
 
@@ -279,21 +271,37 @@ class ToolRateLimitPolicy:
     ) -> Coroutine[Any, Any, Permit]:
         """As :meth:`decide`, but raises :class:`AdmissionRejected` when rejected."""
         try:
-            if priority is None and deadline is None and current_options() is NO_OPTIONS:
-                o = NO_OPTIONS
-                r = self._engine.admit(tool, tenant, tokens, max_wait)
-            else:
-                o = options(priority, deadline)
-                r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
-            if type(r) is Waiting:
-                return self._waiting(r, tool, tenant, o.priority, True)
-            if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
-                self._report(tool, r, tenant, o.priority)
+            r = self._answer(tool, tenant, tokens, max_wait, priority, deadline, True)
             if type(r) is Permit:
                 return ready(r)
-            return self._rejected(r)
+            return self._rejected(r) if type(r) is Rejection else r
         except Exception as e:
             return ready_raise(e)
+
+    def _answer(
+        self,
+        tool: str,
+        tenant: str | None,
+        tokens: int,
+        max_wait: float | None,
+        priority: Priority | None,
+        deadline: Deadline | None,
+        admit: bool,
+    ) -> Any:
+        """The engine's answer to a call of :meth:`decide` (or :meth:`admit`, when
+        ``admit``), reported: a ``Permit`` or a ``Rejection``, or for a call that
+        waits the coroutine that waits (and reports, and raises when ``admit``)."""
+        if priority is None and deadline is None and current_options() is NO_OPTIONS:
+            o = NO_OPTIONS
+            r = self._engine.admit(tool, tenant, tokens, max_wait)
+        else:
+            o = options(priority, deadline)
+            r = self._engine.admit(tool, tenant, tokens, max_wait, o.priority, o.seconds_left())
+        if type(r) is Waiting:
+            return self._waiting(r, tool, tenant, o.priority, admit)
+        if self._on_decision is not None or _enabled.get(_DEBUG if type(r) is Permit else _INFO) is not False:
+            self._report(tool, r, tenant, o.priority)
+        return r
 
     def _waiting(
         self, waiting: Waiting, tool: str, tenant: str | None, priority: str | None, admit: bool
