@@ -73,6 +73,13 @@ struct Group {
     txs: Vec<oneshot::Sender<Result<Decision, StoreError>>>,
 }
 
+/// Whether a call goes out at once (with what it asks) or waits in the queue for
+/// its answer.
+enum Turn {
+    Now(String, BucketCall),
+    Queued(oneshot::Receiver<Result<Decision, StoreError>>),
+}
+
 /// A round trip in flight; when it ends (or its caller is dropped), the queue goes
 /// out.
 struct Flight<'a>(&'a Arc<Coalescer>);
@@ -109,23 +116,19 @@ impl Coalescer {
         call: BucketCall,
     ) -> Result<Decision, StoreError> {
         let timed = Timed::start("admit");
-        let rx = {
+        let turn = {
             let mut st = self.lock();
             if st.queue.is_empty() && st.in_flight < MAX_IN_FLIGHT {
                 st.in_flight += 1;
-                None
+                Turn::Now(now, call)
             } else {
                 let (tx, rx) = oneshot::channel();
-                st.queue.push_back(Pending {
-                    now: now.clone(),
-                    call: call.clone(),
-                    tx,
-                });
-                Some(rx)
+                st.queue.push_back(Pending { now, call, tx });
+                Turn::Queued(rx)
             }
         };
-        match rx {
-            None => {
+        match turn {
+            Turn::Now(now, call) => {
                 let _flight = Flight(self);
                 let runs = [(call.costs, 1)];
                 let result = self.round_trip(&now, &call.key, call.den, &runs).await;
@@ -138,7 +141,7 @@ impl Coalescer {
                 timed.done(result.as_ref().err());
                 result
             }
-            Some(rx) => {
+            Turn::Queued(rx) => {
                 let result = match tokio::time::timeout(self.timeout, rx).await {
                     Ok(Ok(answer)) => answer,
                     // The sender is dropped unanswered only when the runtime shuts down.
@@ -172,8 +175,7 @@ impl Coalescer {
             .conn
             .invoke_unrecorded("admit", &inv, self.timeout)
             .await?;
-        let counts: Vec<u64> = runs.iter().map(|r| r.1).collect();
-        Decision::parse(&value, &counts)
+        Decision::parse(&value, runs)
     }
 
     /// A round trip ended: sends the queue as the next one, or frees its place.
@@ -209,19 +211,13 @@ impl Coalescer {
 
     async fn run_lane(&self, lane: Vec<Group>) {
         for g in lane {
-            let counts: Vec<u64> = g.runs.iter().map(|r| r.1).collect();
+            // A decision per call of the group's runs (`Decision::parse` checks it),
+            // so one per caller, in order.
             match self.round_trip(&g.now, &g.key, g.den, &g.runs).await {
-                Ok(ds) if ds.len() == g.txs.len() => {
+                Ok(ds) => {
                     for (tx, d) in g.txs.into_iter().zip(ds) {
                         let _ = tx.send(Ok(d));
                     }
-                }
-                Ok(_) => {
-                    let e = StoreError::Reply {
-                        op: "admit",
-                        reply: format!("decisions for other than {counts:?} calls"),
-                    };
-                    answer_all(g.txs, &e);
                 }
                 Err(e) => answer_all(g.txs, &e),
             }

@@ -254,18 +254,21 @@ impl Decision {
         }
     }
 
-    /// Reads `admit_bucket.lua`'s reply to `runs` (their counts), one decision per
-    /// call, in order.
+    /// Reads `admit_bucket.lua`'s reply to `runs` (calls of one cost, with their
+    /// count), one decision per call, in order.
     ///
     /// # Errors
     ///
     /// [`StoreError::Reply`] for anything the script never returns.
-    pub(crate) fn parse(value: &redis::Value, runs: &[u64]) -> Result<Vec<Self>, StoreError> {
+    pub(crate) fn parse(
+        value: &redis::Value,
+        runs: &[(Costs, u64)],
+    ) -> Result<Vec<Self>, StoreError> {
         let bad = || StoreError::Reply {
             op: "admit",
             reply: format!("{value:?}"),
         };
-        if let ([1], redis::Value::Int(v)) = (runs, value) {
+        if let ([(_, 1)], redis::Value::Int(v)) = (runs, value) {
             return Ok(vec![if *v >= 0 {
                 Self::Admitted { now: *v }
             } else {
@@ -279,8 +282,9 @@ impl Decision {
         if pairs.len() != 2 * runs.len() {
             return Err(bad());
         }
-        let mut out = Vec::with_capacity(runs.iter().sum::<u64>().try_into().unwrap_or(0));
-        for (pair, n) in pairs.chunks_exact(2).zip(runs) {
+        let calls: u64 = runs.iter().map(|r| r.1).sum();
+        let mut out = Vec::with_capacity(calls.try_into().unwrap_or(0));
+        for (pair, (_, n)) in pairs.chunks_exact(2).zip(runs) {
             let (admitted, retry) = (pair[0], pair[1]);
             let admitted = u64::try_from(admitted)
                 .ok()
