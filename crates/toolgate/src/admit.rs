@@ -29,6 +29,19 @@ pub(crate) enum Waits {
     Never,
 }
 
+impl Waits {
+    /// Whether a call of `tool` may wait.
+    #[inline]
+    fn for_call(self, tool: &ToolRuntime, call: &Call<'_>) -> bool {
+        match self {
+            Self::AsTheToolSays => {
+                tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some()
+            }
+            Self::Never => false,
+        }
+    }
+}
+
 /// Admits `call` now or rejects it now: never waits (see
 /// [`crate::Engine::try_admit`]).
 pub(crate) fn try_admit(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
@@ -62,27 +75,23 @@ pub(crate) fn try_admit_tool(
     }
 }
 
-/// The answer `call` of `tool` (just looked up) gets at once, in memory: `None` when
-/// only [`admit`] can give it (a shared store, a reload under way, or a refusal the
-/// call may wait out). The same decision [`admit`] would make first, without its
-/// future.
+/// The answer `call` of `tool` (just looked up) gets at once, in memory, when it
+/// `waits` as [`admit`] would let it: `None` when only [`admit`] can give it (a
+/// shared store, a reload under way, or a refusal the call may wait out, which
+/// [`admit`] then decides again before it waits). The same decision [`admit`] makes
+/// first, without its future.
 pub(crate) fn decide_now(
     live: &Live,
     tool: &Arc<ToolRuntime>,
     call: &Call<'_>,
+    waits: Waits,
 ) -> Option<Result<Permit, Rejection>> {
     if live.shared.store.is_some() {
         return None;
     }
     match tool.try_admit(call, live.shared.now()) {
         Ok(admission) => Some(Ok(Permit::admitted(tool.clone(), admission))),
-        Err(d) if d.stale => None,
-        Err(d)
-            if d.can_wait
-                && (tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some()) =>
-        {
-            None
-        }
+        Err(d) if d.stale || (d.can_wait && waits.for_call(tool, call)) => None,
         Err(d) => Some(Err(tool.refuse(d, call.tenant))),
     }
 }
@@ -104,12 +113,7 @@ pub(crate) async fn admit(
         Ok(t) => t,
         Err(unknown) => return unknown,
     };
-    let waits = match waits {
-        Waits::AsTheToolSays => {
-            tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some()
-        }
-        Waits::Never => false,
-    };
+    let waits = waits.for_call(&tool, call);
     let result = loop {
         let now = live.shared.clock.now();
         let outcome = match tool.try_admit(call, now) {

@@ -17,7 +17,6 @@ pub(crate) struct NameMap<V> {
     /// `mask + 1` slots (a power of two), at least one of them empty.
     slots: Box<[Option<Entry<V>>]>,
     mask: usize,
-    len: usize,
 }
 
 #[derive(Debug)]
@@ -77,7 +76,7 @@ impl<V> NameMap<V> {
     /// How many names there are.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.values().count()
     }
 }
 
@@ -89,7 +88,6 @@ impl<V> FromIterator<(Box<str>, V)> for NameMap<V> {
         let mut map = Self {
             slots: std::iter::repeat_with(|| None).take(size).collect(),
             mask: size - 1,
-            len: 0,
         };
         for (name, value) in entries {
             let h = hash(name.as_bytes());
@@ -107,7 +105,6 @@ impl<V> FromIterator<(Box<str>, V)> for NameMap<V> {
                             name,
                             value,
                         });
-                        map.len += 1;
                         break;
                     }
                 }

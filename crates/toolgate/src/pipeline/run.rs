@@ -180,10 +180,11 @@ impl<'r, 'k> Run<'r, 'k> {
         // admission future to build); a retry looks the tool up again, so that a
         // reload between attempts is seen.
         let resolved = self.tool.as_ref().filter(|_| number == 1);
-        if let Some(answer) = resolved.and_then(|t| admit::decide_now(self.live, t, &call)) {
+        let waits = Waits::AsTheToolSays;
+        if let Some(answer) = resolved.and_then(|t| admit::decide_now(self.live, t, &call, waits)) {
             return answer;
         }
-        admit::admit(self.live, resolved.cloned(), &call, Waits::AsTheToolSays).await
+        admit::admit(self.live, resolved.cloned(), &call, waits).await
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
