@@ -42,9 +42,12 @@ fn layers(state: &AppState) -> Layers {
         .layer(JsonErrorsLayer)
 }
 
-/// `POST /v1/admit` alone, under the same layers as in [`router`]: the connections
-/// send that one request straight here (see `conn::service`), past the path router,
-/// since it is most of a gateway's traffic.
+/// The path of the admission, `POST` only: most of a gateway's traffic.
+pub(crate) const ADMIT_PATH: &str = "/v1/admit";
+
+/// `POST` [`ADMIT_PATH`] alone, under the same layers as in [`router`]: the
+/// connections send that one request straight here (see `conn::service`), past the
+/// path router.
 pub(crate) fn admit_route(state: AppState) -> axum::routing::MethodRouter {
     post(admit::admit).layer(layers(&state)).with_state(state)
 }
@@ -55,7 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(dashboard))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .route("/v1/admit", post(admit::admit))
+        .route(ADMIT_PATH, post(admit::admit))
         .route("/v1/leases/{lease}/complete", post(leases::complete))
         .route("/v1/reserve", post(reserve::reserve))
         .route("/v1/reservations/{id}", delete(reserve::release))

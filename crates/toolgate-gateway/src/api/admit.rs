@@ -153,12 +153,19 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
         && b.push_u128(waited_ms)
         && b.push(b"}");
     debug_assert!(fits, "a lease id and a u128 fit the buffer");
-    let mut res = Response::new(Body::from(Bytes::copy_from_slice(b.as_bytes())));
-    // Room for Content-Type, the two RateLimit headers and the Content-Length axum
-    // adds, so that none regrows it (three would fill it: the map holds three
-    // quarters of its power-of-two table).
+    // Content-Type, the two RateLimit headers and Content-Length.
+    json_response(StatusCode::OK, Bytes::copy_from_slice(b.as_bytes()), 4)
+}
+
+/// A JSON answer of `status` with `body`, its header map sized for `headers` in all
+/// (Content-Type, set here, and the Content-Length axum adds included), so that
+/// adding them never regrows it: built by hand rather than as `(status, Json(body))`,
+/// whose map grows on the way (it holds three quarters of its power-of-two table).
+fn json_response(status: StatusCode, body: impl Into<Body>, headers: usize) -> Response {
+    let mut res = Response::new(body.into());
+    *res.status_mut() = status;
     let h = res.headers_mut();
-    h.reserve(4);
+    h.reserve(headers);
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -187,19 +194,12 @@ pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Respon
         reason: r.reason().as_str(),
         retry_after_ms: r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000)),
     };
-    // Built by hand rather than as `(status, Json(body))`, whose header map grows
-    // three times on the way: room for Content-Type, Retry-After, the two RateLimit
-    // headers and the Content-Length axum adds.
+    // Content-Type, Retry-After, the two RateLimit headers and Content-Length.
     let mut res = match serde_json::to_vec(&body) {
-        Ok(bytes) => Response::new(Body::from(bytes)),
+        Ok(bytes) => json_response(StatusCode::TOO_MANY_REQUESTS, bytes, 5),
+        // Never for this shape (strings and numbers); axum's answer if it were.
         Err(_) => return (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response(),
     };
-    *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    res.headers_mut().reserve(5);
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     if let Some(d) = r.retry_after() {
         res.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(d).max(1)));

@@ -132,7 +132,7 @@ impl hyper::service::Service<Request<Incoming>> for RouterService {
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
         // A router is always ready (as `axum::serve` relies on too).
-        if req.method() == Method::POST && req.uri().path() == "/v1/admit" {
+        if req.method() == Method::POST && req.uri().path() == crate::app::ADMIT_PATH {
             return tower::Service::call(&mut self.admit.clone(), req.map(Body::new));
         }
         tower::Service::call(&mut self.all.clone(), req.map(Body::new))
