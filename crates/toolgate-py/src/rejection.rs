@@ -17,6 +17,17 @@ pub(crate) struct Rejection {
     inner: toolgate::Rejection,
 }
 
+/// What `to_json` writes, its fields in sorted order.
+#[derive(serde::Serialize)]
+struct Json<'a> {
+    message: String,
+    quota: &'a str,
+    reason: &'static str,
+    rejected_by: &'static str,
+    retry_after: Option<f64>,
+    tool: &'a str,
+}
+
 /// `(tool, quota, reason, retry_after)`, the constructor's arguments.
 type Fields = (String, String, &'static str, Option<f64>);
 
@@ -96,23 +107,18 @@ impl Rejection {
             self.tool(),
             self.reason()
         );
-        // Written field by field (in the sorted order a `serde_json::Value` map gives,
-        // byte for byte the same text): a map of owned keys and values cost the
-        // rejected call through the middleware about a microsecond.
-        let mut out = Vec::with_capacity(160 + 2 * message.len());
-        // Writing strings and numbers into a Vec cannot fail.
-        out.extend_from_slice(b"{\"message\":");
-        let _ = serde_json::to_writer(&mut out, &message);
-        out.extend_from_slice(b",\"quota\":");
-        let _ = serde_json::to_writer(&mut out, self.quota());
-        out.extend_from_slice(b",\"reason\":");
-        let _ = serde_json::to_writer(&mut out, self.reason());
-        out.extend_from_slice(b",\"rejected_by\":\"toolgate\",\"retry_after\":");
-        let _ = serde_json::to_writer(&mut out, &retry_after);
-        out.extend_from_slice(b",\"tool\":");
-        let _ = serde_json::to_writer(&mut out, self.tool());
-        out.push(b'}');
-        String::from_utf8(out).unwrap_or_default()
+        // A struct whose fields are in the sorted order a `serde_json::Value` map
+        // gives (byte for byte the same text): a map of owned keys and values cost
+        // the rejected call through the middleware about a microsecond.
+        serde_json::to_string(&Json {
+            message,
+            quota: self.quota(),
+            reason: self.reason(),
+            rejected_by: "toolgate",
+            retry_after,
+            tool: self.tool(),
+        })
+        .unwrap_or_default()
     }
 
     fn __str__(&self) -> String {

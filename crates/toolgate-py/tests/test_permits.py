@@ -5,12 +5,13 @@ released without an outcome when the call was cancelled (the breaker does not)."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
 import pytest
 
-from toolgate import AdmissionRejected, ToolRateLimitPolicy
+from toolgate import AdmissionRejected, Rejection, ToolRateLimitPolicy
 from toolgate.middleware import process
 from toolgate.testing import ManualClock
 
@@ -104,3 +105,20 @@ async def test_the_middleware_module_runs_the_policy_as_function_middleware() ->
     assert ran == 1
     assert contexts[0].result is None
     assert '"rejected_by":"toolgate"' in contexts[1].result.replace(" ", "")
+
+
+def test_a_rejections_json_is_the_sorted_map_a_model_reads() -> None:
+    """`Rejection.to_json` writes the same text as a sorted JSON map of its fields,
+    with and without a retry time, a name that needs escaping included."""
+    for tool, retry in (("lookup_customer", 1.25), ('say "hi"\\n', None)):
+        r = Rejection(tool, f"tools.{tool}.rate", "rate_limited", retry)
+        hint = "" if retry is None else f" Retry after {retry:.3f}s or continue without it."
+        expected = {
+            "rejected_by": "toolgate",
+            "tool": tool,
+            "reason": "rate_limited",
+            "quota": f"tools.{tool}.rate",
+            "retry_after": retry,
+            "message": f"The call to {tool} was not run (rate_limited).{hint}",
+        }
+        assert r.to_json() == json.dumps(expected, sort_keys=True, separators=(",", ":"))
