@@ -284,28 +284,6 @@ impl Engine {
         self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)
     }
 
-    /// As `admit`, but a call decided at once comes as an awaitable already decided
-    /// (`Ready`: its `await` gives the `Permit` or `Rejection` without a coroutine);
-    /// a call that waits is a `Waiting`, as from `admit`.
-    #[pyo3(signature = (tool, tenant = None, tokens = 0, max_wait = None, priority = None, deadline = None))]
-    #[allow(clippy::too_many_arguments)] // the call's fields, as Python passes them
-    fn decide(
-        &self,
-        py: Python<'_>,
-        tool: &str,
-        tenant: Option<&str>,
-        tokens: u64,
-        max_wait: Option<f64>,
-        priority: Option<&str>,
-        deadline: Option<f64>,
-    ) -> PyResult<Py<PyAny>> {
-        let r = self.admit_call(py, tool, tenant, tokens, max_wait, priority, deadline)?;
-        if r.bind(py).is_instance_of::<Waiting>() {
-            return Ok(r);
-        }
-        Ok(crate::ready::new(r.into_bound(py), false)?.unbind())
-    }
-
     /// The tools that have a policy, sorted.
     fn tools(&self) -> Vec<String> {
         self.tools.load().all.iter().cloned().collect()

@@ -248,12 +248,6 @@ class ToolRateLimitPolicy:
         accounting exactly as if the call had never come.
         """
         try:
-            if priority is None and deadline is None and current_options() is NO_OPTIONS:
-                if self._on_decision is None and _enabled.get(_INFO) is False:
-                    # Nothing to report (nor at DEBUG, below INFO): the engine's
-                    # awaitable as it comes.
-                    d = self._engine.decide(tool, tenant, tokens, max_wait)
-                    return self._waiting(d, tool, tenant, None, False) if type(d) is Waiting else d
             r = self._answer(tool, tenant, tokens, max_wait, priority, deadline, False)
             return ready(r) if type(r) is Permit or type(r) is Rejection else r
         except Exception as e:

@@ -125,17 +125,6 @@ class Engine:
         deadline: float | None = None,
     ) -> Permit | Rejection | Waiting:
         """As ``try_admit``, honouring wait mode (or ``max_wait``)."""
-    def decide(
-        self,
-        tool: str,
-        tenant: str | None = None,
-        tokens: int = 0,
-        max_wait: float | None = None,
-        priority: str | None = None,
-        deadline: float | None = None,
-    ) -> Coroutine[Any, Any, Permit | Rejection] | Waiting:
-        """As ``admit``, but a call decided at once comes as an awaitable already
-        decided (see ``ready``)."""
     def tools(self) -> list[str]: ...
     def declare(self, tool: str, table: str) -> None:
         """Adds ``tool`` with ``table`` (a JSON tool table) to the policy in force;
