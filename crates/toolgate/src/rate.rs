@@ -9,5 +9,5 @@
 mod bucket;
 mod sliding;
 
-pub(crate) use bucket::{Gcra, Tat, WordForm};
+pub(crate) use bucket::{Gcra, Tat, WordCharge, WordForm};
 pub(crate) use sliding::{SlidingLog, SlidingWindow};

@@ -72,13 +72,14 @@ pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&st
         .iter()
         .find(|q| &*q.def.path == quota)?;
     let now = live.shared.clock.now();
-    let Some(cell) = cell_of(q, tenant) else {
+    match (&q.slot, tenant) {
+        (Slot::Single(cell), _) => Some(cell.available(&q.def, now)),
         // An unseen tenant has a fresh, full partition.
-        return tenant.map(|_| q.def.capacity());
-    };
-    let mut g = cell.lock();
-    g.settle(&q.def, now);
-    Some(g.limiter.available(&q.def, now))
+        (Slot::Partitioned(p), Some(key)) => {
+            Some(p.available(key, &q.def, now).unwrap_or(q.def.capacity()))
+        }
+        (Slot::Partitioned(_), None) => None,
+    }
 }
 
 /// Evicts every idle tenant partition now (see [`crate::Engine::sweep_partitions`]).

@@ -1,7 +1,8 @@
-//! A tool as the engine runs it ([`ToolRuntime`]): its quotas, its gates (the
-//! upstream's pause and spreading, the circuit breaker) and the immediate admission
-//! of one of its calls — gates first, then the decision kernel on its quotas — and
-//! the end of an admitted call.
+//! A tool as the engine runs it ([`ToolRuntime`]): its quotas, its gates (the fair
+//! queue, the upstream's pause and spreading, the circuit breaker; in `gates`) and
+//! the immediate admission of one of its calls — while no gate has a say, the
+//! one-word fast path or a per-tenant bucket's slot; else gates first, then the
+//! decision kernel on its quotas — and the end of an admitted call.
 
 use std::num::NonZeroU64;
 use std::sync::atomic::AtomicBool;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::adaptive::Adaptive;
-use crate::circuit::{Breaker, CircuitState, Gate};
+use crate::circuit::Breaker;
 use crate::clock::Nanos;
 use crate::denial::Denial;
 use crate::fair::FairQueue;
@@ -17,12 +18,14 @@ use crate::held::{Admission, HeldParts};
 use crate::kernel::{self, Decision, NoPlan, Plan, Step};
 use crate::observe::ToolStats;
 use crate::queue::Regate;
-use crate::quota::{Cell, CellGuard, FastBucket, Quota};
+use crate::quota::{Cell, CellGuard, FastBucket, Inline, NoPartition, Quota};
 use crate::retry::RetryRuntime;
 use crate::shared::Shared;
-use crate::signals::{Claim, Signals};
+use crate::signals::Signals;
 use crate::upstream::Upstream;
 use crate::vocab::{Call, Completion, OnLimit, Priority, Reason, Rejection};
+
+mod gates;
 
 /// A tool as the engine runs it.
 #[derive(Debug)]
@@ -64,15 +67,6 @@ pub(crate) struct ToolRuntime {
     pub(crate) retry: Option<RetryRuntime>,
 }
 
-/// What the gates let a call through with ([`ToolRuntime::gates`]).
-#[derive(Debug)]
-pub(crate) struct Pass {
-    /// A half-open probe slot of the breaker.
-    pub(crate) probe: bool,
-    /// A spreading slot, while the upstream's calls are spread.
-    pub(crate) spread: Option<Claim>,
-}
-
 // === impl ToolRuntime ===
 
 impl ToolRuntime {
@@ -83,7 +77,26 @@ impl ToolRuntime {
         if self.try_admit_fast(call, now) {
             return Ok(Admission::immediate(now));
         }
+        if self.fast.is_none() && self.quotas.len() == 1 && self.quiet(call, now) {
+            // No gate has a say: a per-tenant bucket decides in the tenant's slot.
+            if let Some(mut admission) = self.try_partition_inline(call, now)? {
+                admission.tenant = self.upstream.tenant_key(call.tenant);
+                return Ok(admission);
+            }
+        }
         self.try_admit_general(call, now)
+    }
+
+    /// Whether nothing but the quotas has a say on `call` at `now`: no deadline, no
+    /// reload superseding the tool, no fair queue, no breaker, no upstream pause or
+    /// spreading (of the whole tool or of any tenant).
+    #[inline(always)]
+    fn quiet(&self, call: &Call<'_>, now: Nanos) -> bool {
+        call.deadline_at().is_none()
+            && self.fair.is_none()
+            && !self.superseded.load(std::sync::atomic::Ordering::Acquire)
+            && self.ungated(now)
+            && self.upstream.quiet(now)
     }
 
     /// Admits `call` by the fast path alone, when nothing else has a say: no
@@ -142,6 +155,9 @@ impl ToolRuntime {
             return Ok(Admission::immediate(now));
         }
         let held = if self.quotas.len() == 1 {
+            if let Some(admission) = self.try_partition_inline(call, now)? {
+                return Ok(admission);
+            }
             // One quota (a per-tenant bucket, say): its step and guard on the stack,
             // without the plan's and guards' vectors and the sort.
             let step = self.step(0, call, now)?;
@@ -159,6 +175,32 @@ impl ToolRuntime {
         };
         self.on_admit(Duration::ZERO, call);
         Ok(Admission::new(held, now))
+    }
+
+    /// A call whose one quota is a per-tenant request bucket, decided in the tenant's
+    /// slot ([`Quota::try_inline`]): the admission, or the denial the kernel would
+    /// give; `None` when the general path must decide.
+    #[inline]
+    fn try_partition_inline(
+        &self,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Option<Admission>, Denial> {
+        let q = &self.quotas[0];
+        match q.try_inline(call, now) {
+            Ok(Inline::Admitted) => {
+                self.on_admit(Duration::ZERO, call);
+                Ok(Some(Admission::immediate(now)))
+            }
+            Ok(Inline::Refused(at)) => {
+                let retry = Duration::from_nanos(at - now);
+                let r = self.rejection(q, Reason::RateLimited, Some(retry));
+                Err(Denial::until(r, at))
+            }
+            Ok(Inline::General) => Ok(None),
+            Err(NoPartition::Full) => Err(self.no_plan(NoPlan::NoPartition(0), now)),
+            Err(NoPartition::Retired) => Err(self.no_plan(NoPlan::Retired(0), now)),
+        }
     }
 
     /// The kernel's decision on the locked cells of a plan of this tool, in the
@@ -271,144 +313,6 @@ impl ToolRuntime {
     #[inline]
     fn ungated(&self, now: Nanos) -> bool {
         self.breaker.is_none() && self.signals.unshaped(now)
-    }
-
-    // --- the gates ---
-
-    /// The gates, in the order every path asks them: the fair queue (calls of the
-    /// class of `call` or a higher one waiting), the upstream's pause, its spreading
-    /// (a slot claimed), the circuit breaker (a half-open probe slot taken). A
-    /// refusal leaves nothing taken. (`try_admit_fast` skips them only
-    /// while none has a say, see [`ToolRuntime::ungated`]; a waiter asks them again
-    /// through [`ToolRuntime::gates_on_waking`].)
-    pub(crate) fn gates(&self, now: Nanos, call: &Call<'_>) -> Result<Pass, Denial> {
-        if let Some(f) = &self.fair {
-            f.gate(&self.name, &self.quotas, call.priority_class(), now)?;
-        }
-        let (up, tenant) = (&*self.upstream, call.tenant);
-        up.pause_gate(now, tenant)?;
-        let spread = up.spread_gate(now, tenant)?;
-        let probe = self
-            .circuit_gate(now)
-            .inspect_err(|_| up.unspread(spread))?;
-        Ok(Pass { probe, spread })
-    }
-
-    /// Gives back what the gates let a call through with (its quotas then refused
-    /// it): the probe slot, then the spreading slot.
-    pub(crate) fn ungate(&self, pass: Pass) {
-        if pass.probe {
-            self.cancel_probe();
-        }
-        self.upstream.unspread(pass.spread);
-    }
-
-    /// Asks the circuit breaker: `Ok(true)` for a half-open probe, `Ok(false)` to go
-    /// ahead, or a `circuit_open` denial.
-    pub(crate) fn circuit_gate(&self, now: Nanos) -> Result<bool, Denial> {
-        let Some(b) = &self.breaker else {
-            return Ok(false);
-        };
-        match b.gate(now) {
-            Gate::Pass => Ok(false),
-            Gate::Probe => Ok(true),
-            Gate::Reject(retry) => Err(Denial::final_at(
-                Rejection::new(
-                    self.name.clone(),
-                    self.circuit_path.clone(),
-                    Reason::CircuitOpen,
-                    Some(retry),
-                ),
-                now,
-            )),
-        }
-    }
-
-    /// Gives back a half-open probe slot whose call never ran.
-    pub(crate) fn cancel_probe(&self) {
-        if let Some(b) = &self.breaker {
-            b.cancel_probe();
-        }
-    }
-
-    /// Asks the breaker again for a waiting call (`probe`: whether it holds a
-    /// half-open probe, updated): one that holds a probe keeps it unless the circuit
-    /// has opened since (which voided every probe), and any other is let through,
-    /// made a probe or refused as a new call would be.
-    pub(crate) fn recheck_circuit(&self, now: Nanos, probe: &mut bool) -> Result<(), Rejection> {
-        let Some(b) = &self.breaker else {
-            return Ok(());
-        };
-        if *probe {
-            if b.state() != CircuitState::Open {
-                return Ok(());
-            }
-            *probe = false;
-        }
-        *probe = self.circuit_gate(now).map_err(|d| d.rejection)?;
-        Ok(())
-    }
-
-    /// The gates, asked again by a waiter whose time has come, in the order an
-    /// immediate call asks them; `spread` is the spreading slot it holds already,
-    /// `probe` whether it holds a half-open probe (updated).
-    pub(crate) fn gates_on_waking(
-        &self,
-        now: Nanos,
-        tenant: Option<&str>,
-        spread: Option<Nanos>,
-        probe: &mut bool,
-    ) -> Result<(), Denial> {
-        let up = &*self.upstream;
-        up.pause_gate(now, tenant)?;
-        let claim = match spread {
-            Some(_) => None,
-            None => up.spread_gate(now, tenant)?,
-        };
-        self.recheck_circuit(now, probe).map_err(|rejection| {
-            up.unspread(claim);
-            Denial::final_at(rejection, now)
-        })
-    }
-
-    /// The gates asked again for a call that a shared store admitted after it waited
-    /// there (`probe`: whether its permit holds a half-open probe, updated). The
-    /// pause and the breaker are asked as for a waiter whose time has come; spreading
-    /// is not (the call claimed its spreading slot before it went to the store).
-    pub(crate) fn gates_after_store(
-        &self,
-        now: Nanos,
-        tenant: Option<&str>,
-        probe: &mut bool,
-    ) -> Result<(), Denial> {
-        self.upstream.pause_gate(now, tenant)?;
-        self.recheck_circuit(now, probe)
-            .map_err(|rejection| Denial::final_at(rejection, now))
-    }
-
-    /// Re-gates the calls waiting when the breaker has just closed the gate (tripped
-    /// open, or turned degraded with `on_degraded = "reject"`): they are refused now,
-    /// as a new call would be.
-    pub(crate) fn breaker_closed(&self) {
-        if !self.stats.has_waiters() {
-            return;
-        }
-        let clock = &*self.shared.clock;
-        match self.circuit_gate(clock.now()) {
-            Err(d) => {
-                let how = Regate::Circuit(d.rejection);
-                self.shared
-                    .sched
-                    .lock()
-                    .regate(clock, &self.upstream, None, &how);
-            }
-            // Let through after all (an open period of zero): nothing to re-gate.
-            Ok(probe) => {
-                if probe {
-                    self.cancel_probe();
-                }
-            }
-        }
     }
 
     // --- the end of a call ---

@@ -66,6 +66,13 @@ impl Upstream {
             .map(|ts| ts.key(tenant.unwrap_or("")))
     }
 
+    /// Whether no tenant's own pause or spreading is in force at `now` (always, on
+    /// a tool whose signals are not per tenant).
+    #[inline]
+    pub(crate) fn quiet(&self, now: Nanos) -> bool {
+        self.tenant_signals.as_ref().is_none_or(|ts| ts.quiet(now))
+    }
+
     /// Runs `f` on the signals that govern a call of `tenant` at `now` (`None`: none
     /// in force), with the tenant's key on a per-tenant tool. The key is worked out
     /// only while some tenant has a gate in force.

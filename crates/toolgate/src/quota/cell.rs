@@ -20,6 +20,7 @@ use super::partitions::Instance;
 use super::successor::{Retirable, Successor};
 use super::waiters::{ConcWaiter, Entry, Pending, Snapshot};
 use crate::clock::Nanos;
+use crate::rate::Tat;
 use crate::sync::{Mutex, MutexGuard};
 
 /// The state of one quota instance.
@@ -119,6 +120,14 @@ impl Cell {
         true
     }
 
+    /// What the cell has available of `def` at `now`, once what is due by then is
+    /// settled.
+    pub(crate) fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
+        let mut g = self.lock();
+        g.settle(def, now);
+        g.limiter.available(def, now)
+    }
+
     /// The key that orders lock acquisition.
     pub(crate) fn order(&self) -> u64 {
         self.id
@@ -134,6 +143,23 @@ impl Instance for Cell {
         let mut g = self.lock();
         g.settle(def, now);
         g.is_idle(def, now)
+    }
+
+    fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
+        // The inherent method of the same name.
+        Cell::available(self, def, now)
+    }
+
+    fn of_bucket(tat: Tat) -> Self {
+        Cell::new(Limiter::Bucket(tat))
+    }
+
+    fn bucket_state(&self) -> Option<Tat> {
+        let g = self.lock();
+        match (&g.limiter, &g.pending) {
+            (Limiter::Bucket(tat), None) => Some(*tat),
+            _ => None,
+        }
     }
 }
 

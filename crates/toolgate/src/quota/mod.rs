@@ -12,8 +12,9 @@
 //! - `waiters`: what a cell keeps of the calls waiting on it ([`ConcWaiter`] and the
 //!   reservations);
 //! - `fast`: the one-word form of an unpartitioned bucket ([`FastBucket`]);
-//! - `partitions`: per-tenant instances with bounded memory ([`NoPartition`]: why
-//!   none was handed out);
+//! - `partitions`: per-tenant instances with bounded memory, a bucket's kept in
+//!   its slot as one word while nothing needs more ([`Inline`]: a call decided
+//!   there; [`NoPartition`]: why none was handed out);
 //! - `successor`: where a retired cell's state went;
 //! - `limiter`: what an instance has used ([`Limiter`]);
 //! - `cell`: the instance, its lock and its state ([`Cell`], [`CellGuard`],
@@ -42,6 +43,6 @@ pub(crate) use cell::{Cell, CellGuard, CellState, Fit};
 pub(crate) use def::{Kind, QuotaDef};
 pub(crate) use fast::FastBucket;
 pub(crate) use limiter::Limiter;
-pub(crate) use partitions::NoPartition;
+pub(crate) use partitions::{Inline, NoPartition};
 pub(crate) use slot::{Quota, Slot};
 pub(crate) use waiters::ConcWaiter;

@@ -15,10 +15,11 @@
 use std::hash::BuildHasher;
 use std::sync::{Arc, Weak};
 
-use hashbrown::HashMap;
+use hashbrown::HashTable;
 
-use super::def::QuotaDef;
+use super::def::{Kind, QuotaDef};
 use crate::clock::Nanos;
+use crate::rate::{Gcra, Tat, WordCharge, WordForm};
 use crate::sync::Mutex;
 
 const SHARDS: usize = 16;
@@ -27,6 +28,10 @@ const SHARDS: usize = 16;
 /// shard can fill while others have room).
 const MIN_PER_SHARD: usize = 256;
 const MIN_SWEEP: usize = 64;
+/// The bits of a key's hash that pick its shard: above those a shard's own table
+/// uses for a slot (the low bits) and for its tag (the top seven), so that the keys
+/// of one shard spread over its table.
+const SHARD_BITS_AT: u32 = 40;
 
 /// What partitions keep per tenant: an instance of their quota.
 pub(crate) trait Instance {
@@ -37,15 +42,57 @@ pub(crate) trait Instance {
     /// Whether the instance is indistinguishable from a fresh one at `now`, once
     /// what is due by then is settled: evicting it then changes no decision.
     fn is_idle(&self, def: &QuotaDef, now: Nanos) -> bool;
+
+    /// An instance of a bucket whose state is `tat` and nothing else (a tenant's
+    /// state taken out of its slot, see [`Partitions::charge_inline`]).
+    fn of_bucket(tat: Tat) -> Self;
+
+    /// What the instance has available of `def` at `now`, once what is due by then
+    /// is settled.
+    fn available(&self, def: &QuotaDef, now: Nanos) -> u64;
+
+    /// The instance's state when it is a bucket's state and nothing else (nobody
+    /// waits on it, nothing is reserved): it can then live in its slot again.
+    fn bucket_state(&self) -> Option<Tat>;
 }
 
 /// The partitions of one quota: an instance `C` per tenant.
+///
+/// A tenant of a bucket quota is kept in the slot of its shard's table as the
+/// bucket's state alone, one word ([`Entry::Word`]), for as long as nothing needs
+/// more: a call admitted or refused there ([`Partitions::charge_inline`]) takes the
+/// shard's lock and changes the word. A call that needs the whole instance (it
+/// waits, holds the partition in its permit, or is charged on several quotas at
+/// once) takes it out of the slot ([`Partitions::get`]); a sweep puts it back once
+/// nothing else refers to it.
 #[derive(Debug)]
 pub(crate) struct Partitions<C> {
     shards: Box<[Mutex<Shard<C>>]>,
     per_shard_max: usize,
     hasher: hashbrown::DefaultHashBuilder,
+    /// The quota's bucket and its one-word form, when it is a bucket that has one:
+    /// its tenants' state can then be kept in their slots.
+    inline: Option<InlineForm>,
     home: Arc<Home<C>>,
+}
+
+/// A bucket and the one-word form its tenants' state takes in their slots.
+#[derive(Debug, Clone, Copy)]
+struct InlineForm {
+    gcra: Gcra,
+    form: WordForm,
+}
+
+/// What [`Partitions::charge_inline`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inline {
+    /// The tenant's bucket admitted the cost and was charged.
+    Admitted,
+    /// The tenant's bucket does not conform before this time; nothing was charged.
+    Refused(Nanos),
+    /// The tenant's state is a whole instance (or has no one-word form): the
+    /// general path decides on it.
+    General,
 }
 
 /// Where a quota's tenant partitions live now. Every generation of one quota's
@@ -60,11 +107,20 @@ pub(crate) struct Home<C> {
 
 #[derive(Debug)]
 struct Shard<C> {
-    map: HashMap<Box<str>, Arc<C>>,
+    map: HashTable<(Box<str>, Entry<C>)>,
     next_sweep: usize,
     /// A reload converted this shard's partitions into a new map: no partition may
     /// be created here any more (a charge on it would be invisible to the new policy).
     retired: bool,
+}
+
+/// A tenant's partition in its shard's table.
+#[derive(Debug)]
+enum Entry<C> {
+    /// A bucket's state alone, in the quota's one-word form ([`InlineForm`]).
+    Word(u64),
+    /// The whole instance, shared with the calls that use it.
+    Instance(Arc<C>),
 }
 
 /// Why no partition was handed out.
@@ -79,7 +135,9 @@ pub(crate) enum NoPartition {
 // === impl Partitions ===
 
 impl<C: Instance> Partitions<C> {
-    pub(crate) fn new(max: usize) -> Self {
+    /// The partitions of `def`, none made yet, at most `def.max_partitions`.
+    pub(crate) fn new(def: &QuotaDef) -> Self {
+        let max = def.max_partitions;
         // The per-shard caps add up to at most `max`. A small cap is kept exactly, in
         // one shard; a large one is split over `SHARDS` shards of at least
         // `MIN_PER_SHARD` each (a flood of tenants spreads evenly over them, so
@@ -92,16 +150,21 @@ impl<C: Instance> Partitions<C> {
         let shards = (0..n)
             .map(|_| {
                 Mutex::new(Shard {
-                    map: HashMap::new(),
+                    map: HashTable::new(),
                     next_sweep: MIN_SWEEP,
                     retired: false,
                 })
             })
             .collect();
+        let inline = match def.kind {
+            Kind::Bucket(gcra) => gcra.word_form().map(|form| InlineForm { gcra, form }),
+            _ => None,
+        };
         Self {
             shards,
             per_shard_max: (max / n).max(1),
             hasher: hashbrown::DefaultHashBuilder::default(),
+            inline,
             home: Arc::default(),
         }
     }
@@ -119,37 +182,118 @@ impl<C: Instance> Partitions<C> {
         &self.home
     }
 
-    fn shard(&self, key: &str) -> &Mutex<Shard<C>> {
-        let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        &self.shards[i]
+    /// The hash of `key` and the shard it lives in (one hash serves both).
+    #[inline]
+    fn locate(&self, key: &str) -> (u64, &Mutex<Shard<C>>) {
+        let hash = self.hasher.hash_one(key);
+        // The number of shards is 1 or `SHARDS`, a power of two.
+        let i = (hash >> SHARD_BITS_AT) as usize & (self.shards.len() - 1);
+        (hash, &self.shards[i])
     }
 
-    /// The cell of `key`, created from `def` if absent.
+    /// The instance of `key`, created from `def` if absent, or taken out of its slot.
     pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<C>, NoPartition> {
-        let mut shard = self.shard(key).lock();
-        if let Some(cell) = shard.map.get(key) {
+        let (hash, shard) = self.locate(key);
+        let mut shard = shard.lock();
+        if let Some((_, entry)) = shard.find_mut(hash, key) {
             // Retired with the map, if a reload converted it: the caller finds out
-            // under the cell's lock.
-            return Ok(cell.clone());
+            // under the instance's lock.
+            return Ok(self.instance(entry));
         }
-        if shard.retired {
-            return Err(NoPartition::Retired);
-        }
-        if shard.map.len() >= shard.next_sweep || shard.map.len() >= self.per_shard_max {
-            shard.sweep(def, now);
-            shard.next_sweep = (shard.map.len() * 2).max(MIN_SWEEP);
-            if shard.map.len() >= self.per_shard_max {
-                return Err(NoPartition::Full);
-            }
-        }
+        shard.make_room(self, def, now)?;
         let cell = Arc::new(C::fresh(def, now));
-        shard.map.insert(key.into(), cell.clone());
+        shard.insert(hash, key, Entry::Instance(cell.clone()), &self.hasher);
         Ok(cell)
     }
 
-    /// The cell of `key` if it exists.
+    /// Charges `cost` (≥ 1, at most the bucket's burst) to tenant `key`'s bucket at
+    /// `now` in its slot, under its shard's lock alone, creating the tenant's
+    /// partition if it has none: the same decision and charge as the general path's
+    /// on the instance (GCRA in the word's units, which are exact), without taking it
+    /// out of the slot. [`Inline::General`] when the tenant's state is a whole
+    /// instance, or the quota's has no one-word form.
+    #[inline]
+    pub(crate) fn charge_inline(
+        &self,
+        key: &str,
+        def: &QuotaDef,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Inline, NoPartition> {
+        let Some(inline) = self.inline else {
+            return Ok(Inline::General);
+        };
+        let Some(charge) = inline.form.prepare(cost, now) else {
+            return Ok(Inline::General);
+        };
+        let (hash, shard) = self.locate(key);
+        let mut shard = shard.lock();
+        if let Some((_, entry)) = shard.find_mut(hash, key) {
+            return Ok(inline.decide(entry, charge, cost, now));
+        }
+        let Some(full) = inline.form.to_word(inline.gcra.full(now)) else {
+            return Ok(Inline::General);
+        };
+        shard.make_room(self, def, now)?;
+        let entry = shard.insert(hash, key, Entry::Word(full), &self.hasher);
+        Ok(inline.decide(entry, charge, cost, now))
+    }
+
+    /// The whole instance of a partition, taken out of its slot if it was there.
+    fn instance(&self, entry: &mut Entry<C>) -> Arc<C> {
+        match entry {
+            Entry::Instance(cell) => cell.clone(),
+            Entry::Word(word) => {
+                let cell = Arc::new(C::of_bucket(self.tat_of(*word)));
+                *entry = Entry::Instance(cell.clone());
+                cell
+            }
+        }
+    }
+
+    /// The bucket state of a word in a slot.
+    fn tat_of(&self, word: u64) -> Tat {
+        self.inline
+            .as_ref()
+            .map(|i| i.form.to_tat(word))
+            .expect("only a quota with a one-word form keeps words in its slots")
+    }
+
+    /// The word that keeps `cell`'s state in its slot, if it can live there: nothing
+    /// but the slot refers to it, and its state is a bucket's alone, with a word.
+    fn word_of(&self, cell: &Arc<C>) -> Option<u64> {
+        let inline = self.inline.as_ref()?;
+        if Arc::strong_count(cell) > 1 {
+            return None;
+        }
+        inline.form.to_word(cell.bucket_state()?)
+    }
+
+    /// The instance of `key` if it exists: for a tenant kept in its slot, an
+    /// instance of its own holding a copy of its state (to read, not to charge).
     pub(crate) fn peek(&self, key: &str) -> Option<Arc<C>> {
-        self.shard(key).lock().map.get(key).cloned()
+        let (hash, shard) = self.locate(key);
+        let shard = shard.lock();
+        match shard.find(hash, key)? {
+            Entry::Instance(cell) => Some(cell.clone()),
+            Entry::Word(word) => Some(Arc::new(C::of_bucket(self.tat_of(*word)))),
+        }
+    }
+
+    /// What tenant `key` has available of `def` at `now`; `None` when it has no
+    /// partition (its first call would find a fresh one). Reads a tenant kept in its
+    /// slot there.
+    pub(crate) fn available(&self, key: &str, def: &QuotaDef, now: Nanos) -> Option<u64> {
+        let (hash, shard) = self.locate(key);
+        let cell = match shard.lock().find(hash, key)? {
+            Entry::Instance(cell) => cell.clone(),
+            Entry::Word(word) => {
+                let g = self.inline.as_ref()?.gcra;
+                return Some(g.available(self.tat_of(*word), now).min(g.burst()));
+            }
+        };
+        // The instance's lock is taken once the shard's is let go.
+        Some(cell.available(def, now))
     }
 
     /// Live partitions.
@@ -157,37 +301,51 @@ impl<C: Instance> Partitions<C> {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 
-    /// Removes every idle partition now.
+    /// Removes every idle partition now, and puts back in their slots the instances
+    /// nothing else refers to any more.
     pub(crate) fn sweep(&self, def: &QuotaDef, now: Nanos) {
         for s in self.shards.iter() {
-            s.lock().sweep(def, now);
+            s.lock().sweep(self, def, now);
         }
     }
 
-    /// Runs `f` on every live partition.
+    /// Runs `f` on every live partition kept as a whole instance (those kept in
+    /// their slots are a bucket's state alone: there is nothing else to change).
     pub(crate) fn for_each(&self, f: impl Fn(&C)) {
         for s in self.shards.iter() {
-            for cell in s.lock().map.values() {
-                f(cell);
+            for (_, entry) in s.lock().map.iter() {
+                if let Entry::Instance(cell) = entry {
+                    f(cell);
+                }
             }
         }
     }
 
-    /// The same partitions with each cell converted (policy reload). Each goes into
-    /// the shard the new partitions look it up in: their hasher and their number of
-    /// shards (which follows `max`) both differ from these. Each shard here is
-    /// retired in the same step, so a call still on the old policy cannot create a
-    /// partition the new one would not see: it starts over instead.
-    pub(crate) fn converted(&self, max: usize, convert: impl Fn(&str, &C) -> Arc<C>) -> Self {
+    /// The same partitions with each instance converted (policy reload) into
+    /// partitions of `def`. Each goes into the shard the new partitions look it up
+    /// in: their hasher and their number of shards (which follows
+    /// `def.max_partitions`) both differ from these. Each shard here is retired in
+    /// the same step, so a call still on the old policy cannot create a partition
+    /// the new one would not see: it starts over instead. A tenant kept in its slot
+    /// is taken out of it first (so that a late call on the old policy finds its
+    /// instance retired), and a converted instance that can live in a slot goes
+    /// into one.
+    pub(crate) fn converted(&self, def: &QuotaDef, convert: impl Fn(&str, &C) -> Arc<C>) -> Self {
         let new = Self {
             home: self.home.clone(),
-            ..Self::new(max)
+            ..Self::new(def)
         };
         for old in self.shards.iter() {
             let mut old = old.lock();
             old.retired = true;
-            for (k, cell) in &old.map {
-                new.shard(k).lock().map.insert(k.clone(), convert(k, cell));
+            for (k, entry) in old.map.iter_mut() {
+                let cell = convert(k, &self.instance(entry));
+                let entry = match new.word_of(&cell) {
+                    Some(word) => Entry::Word(word),
+                    None => Entry::Instance(cell),
+                };
+                let (hash, shard) = new.locate(k);
+                shard.lock().insert(hash, k, entry, &new.hasher);
             }
         }
         for fresh in new.shards.iter() {
@@ -227,13 +385,95 @@ impl<C: Instance> Home<C> {
 // === impl Shard ===
 
 impl<C: Instance> Shard<C> {
-    fn sweep(&mut self, def: &QuotaDef, now: Nanos) {
+    fn find(&self, hash: u64, key: &str) -> Option<&Entry<C>> {
+        self.map.find(hash, |(k, _)| **k == *key).map(|(_, e)| e)
+    }
+
+    fn find_mut(&mut self, hash: u64, key: &str) -> Option<&mut (Box<str>, Entry<C>)> {
+        self.map.find_mut(hash, |(k, _)| **k == *key)
+    }
+
+    /// Inserts a partition `key` absent from the shard.
+    fn insert(
+        &mut self,
+        hash: u64,
+        key: &str,
+        entry: Entry<C>,
+        hasher: &hashbrown::DefaultHashBuilder,
+    ) -> &mut Entry<C> {
+        let slot = self
+            .map
+            .insert_unique(hash, (key.into(), entry), |(k, _)| hasher.hash_one(k));
+        &mut slot.into_mut().1
+    }
+
+    /// Makes room for one more partition of `parts` (defined by `def`): sweeps when
+    /// the shard has doubled since the last sweep or is at its cap; refuses when the
+    /// shard is retired, or still at its cap after the sweep.
+    fn make_room(
+        &mut self,
+        parts: &Partitions<C>,
+        def: &QuotaDef,
+        now: Nanos,
+    ) -> Result<(), NoPartition> {
+        if self.retired {
+            return Err(NoPartition::Retired);
+        }
+        if self.map.len() >= self.next_sweep || self.map.len() >= parts.per_shard_max {
+            self.sweep(parts, def, now);
+            self.next_sweep = (self.map.len() * 2).max(MIN_SWEEP);
+            if self.map.len() >= parts.per_shard_max {
+                return Err(NoPartition::Full);
+            }
+        }
+        Ok(())
+    }
+
+    fn sweep(&mut self, parts: &Partitions<C>, def: &QuotaDef, now: Nanos) {
         // A partition still referenced elsewhere (an admission in progress, a permit,
         // a waiter) is never removed, and only idle state is: eviction is lossless.
         // Reservations already due are settled first: idleness depends on the state,
-        // not on when the cell was last looked at.
-        self.map
-            .retain(|_, cell| Arc::strong_count(cell) > 1 || !cell.is_idle(def, now));
+        // not on when the cell was last looked at. An instance nothing else refers to
+        // that is a bucket's state alone goes back into its slot.
+        self.map.retain(|(_, entry)| match entry {
+            Entry::Word(word) => !parts
+                .inline
+                .is_some_and(|i| i.gcra.is_idle(i.form.to_tat(*word), now)),
+            Entry::Instance(cell) => {
+                if Arc::strong_count(cell) > 1 {
+                    return true;
+                }
+                if cell.is_idle(def, now) {
+                    return false;
+                }
+                if let Some(word) = parts.word_of(cell) {
+                    *entry = Entry::Word(word);
+                }
+                true
+            }
+        });
+    }
+}
+
+// === impl InlineForm ===
+
+impl InlineForm {
+    /// [`Partitions::charge_inline`] on the tenant's `entry`, with `charge` its cost
+    /// at `now` prepared in the word's units.
+    #[inline]
+    fn decide<C>(&self, entry: &mut Entry<C>, charge: WordCharge, cost: u64, now: Nanos) -> Inline {
+        let Entry::Word(word) = entry else {
+            return Inline::General;
+        };
+        if let Some(next) = charge.apply(*word) {
+            *word = next;
+            return Inline::Admitted;
+        }
+        match self.gcra.earliest(self.form.to_tat(*word), cost, now) {
+            at if at > now => Inline::Refused(at),
+            // The word's arithmetic ran out where the scaled form's does not.
+            _ => Inline::General,
+        }
     }
 }
 

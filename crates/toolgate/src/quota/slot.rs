@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::cell::Cell;
 use super::def::{Kind, QuotaDef};
 use super::limiter::Limiter;
-use super::partitions::{Home, Partitions};
+use super::partitions::{Home, Inline, NoPartition, Partitions};
 use super::successor::{Link, Successor};
 use crate::clock::Nanos;
 use crate::vocab::Call;
@@ -32,7 +32,7 @@ pub(crate) enum Slot {
 impl Quota {
     pub(crate) fn new(def: QuotaDef, now: Nanos) -> Self {
         let slot = if def.partitioned {
-            Slot::Partitioned(Partitions::new(def.max_partitions).install(&def))
+            Slot::Partitioned(Partitions::new(&def).install(&def))
         } else {
             Slot::Single(Arc::new(Cell::single(&def, Limiter::fresh(&def, now))))
         };
@@ -86,15 +86,35 @@ impl Quota {
             (Slot::Single(cell), false) => Slot::Single(succeed(cell, None)),
             (Slot::Partitioned(parts), true) => Slot::Partitioned(
                 parts
-                    .converted(def.max_partitions, |key, c| {
-                        succeed(c, Some((key, parts.home())))
-                    })
+                    .converted(&def, |key, c| succeed(c, Some((key, parts.home()))))
                     .install(&def),
             ),
-            (_, true) => Slot::Partitioned(Partitions::new(def.max_partitions).install(&def)),
+            (_, true) => Slot::Partitioned(Partitions::new(&def).install(&def)),
             (_, false) => Slot::Single(Arc::new(Cell::single(&def, Limiter::fresh(&def, now)))),
         };
         Self { def, slot }
+    }
+
+    /// Decides `call` on this quota in its tenant's slot (`Partitions::charge_inline`),
+    /// where it can be decided there: a per-tenant request bucket, enforced, nothing
+    /// of it reserved from the call's class, a cost from 1 to its burst.
+    /// [`Inline::General`] when the general path must decide.
+    #[inline]
+    pub(crate) fn try_inline(&self, call: &Call<'_>, now: Nanos) -> Result<Inline, NoPartition> {
+        let Slot::Partitioned(parts) = &self.slot else {
+            return Ok(Inline::General);
+        };
+        let def = &self.def;
+        let cost = call.count;
+        if def.shadow
+            || def.cost_of != CostOf::Requests
+            || def.hold_for(call) != 0
+            || cost == 0
+            || cost > def.capacity()
+        {
+            return Ok(Inline::General);
+        }
+        parts.charge_inline(call.tenant.unwrap_or(""), def, cost, now)
     }
 
     /// What `call` costs on this quota.
