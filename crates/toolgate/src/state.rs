@@ -73,7 +73,11 @@ pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&st
         .find(|q| &*q.def.path == quota)?;
     let now = live.shared.clock.now();
     match (&q.slot, tenant) {
-        (Slot::Single(cell), _) => Some(cell.available(&q.def, now)),
+        (Slot::Single(cell), _) => {
+            let mut g = cell.lock();
+            g.settle(&q.def, now);
+            Some(g.limiter.available(&q.def, now))
+        }
         // An unseen tenant has a fresh, full partition.
         (Slot::Partitioned(p), Some(key)) => {
             Some(p.available(key, &q.def, now).unwrap_or(q.def.capacity()))

@@ -77,13 +77,6 @@ impl ToolRuntime {
         if self.try_admit_fast(call, now) {
             return Ok(Admission::immediate(now));
         }
-        if self.fast.is_none() && self.quotas.len() == 1 && self.quiet(call, now) {
-            // No gate has a say: a per-tenant bucket decides in the tenant's slot.
-            if let Some(mut admission) = self.try_partition_inline(call, now)? {
-                admission.tenant = self.upstream.tenant_key(call.tenant);
-                return Ok(admission);
-            }
-        }
         self.try_admit_general(call, now)
     }
 
@@ -120,12 +113,22 @@ impl ToolRuntime {
     }
 
     /// [`ToolRuntime::try_admit`] once the fast path has been tried (or cannot
-    /// apply): the gates, then every quota of the call.
+    /// apply): while no gate has a say, a per-tenant bucket in the tenant's slot;
+    /// else the gates, then every quota of the call.
     pub(crate) fn try_admit_general(
         &self,
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Admission, Denial> {
+        if self.has_tenant_slot()
+            && self.quiet(call, now)
+            && self.try_partition_inline(call, now)?
+        {
+            self.on_admit(Duration::ZERO, call);
+            let mut admission = Admission::immediate(now);
+            admission.tenant = self.upstream.tenant_key(call.tenant);
+            return Ok(admission);
+        }
         if self.stats.latency.too_late(now, call.deadline_at()) {
             return Err(Rejection::past_deadline(self.name.clone()).into());
         }
@@ -145,7 +148,8 @@ impl ToolRuntime {
 
     /// Every quota of `call`, once the gates have let it through: the bucket's
     /// compare-and-swap, unless `try_admit_fast` tried it already (when no gate nor
-    /// deadline had a say), else the kernel on the call's plan.
+    /// deadline had a say), else the kernel on the call's plan (or, for a partitioned
+    /// quota alone, the tenant's slot first).
     fn try_quotas(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
         let bucket = self
             .fast_bucket()
@@ -155,19 +159,11 @@ impl ToolRuntime {
             return Ok(Admission::immediate(now));
         }
         let held = if self.quotas.len() == 1 {
-            if let Some(admission) = self.try_partition_inline(call, now)? {
-                return Ok(admission);
+            if self.has_tenant_slot() {
+                self.try_tenant_quota(call, now)?
+            } else {
+                self.decide_one(call, now)?
             }
-            // One quota (a per-tenant bucket, say): its step and guard on the stack,
-            // without the plan's and guards' vectors and the sort.
-            let step = self.step(0, call, now)?;
-            let mut guard = step.cell.get().lock();
-            self.decide(
-                std::slice::from_ref(&step),
-                std::slice::from_mut(&mut guard),
-                call.tenant,
-                now,
-            )?
         } else {
             let plan = self.plan(call, now)?;
             let mut guards = kernel::lock_all(&plan);
@@ -177,27 +173,54 @@ impl ToolRuntime {
         Ok(Admission::new(held, now))
     }
 
+    /// The decision on the tool's one quota, its step and guard on the stack,
+    /// without the plan's and guards' vectors and the sort.
+    #[inline(always)]
+    fn decide_one(&self, call: &Call<'_>, now: Nanos) -> Result<HeldParts, Denial> {
+        let step = self.step(0, call, now)?;
+        let mut guard = step.cell.get().lock();
+        self.decide(
+            std::slice::from_ref(&step),
+            std::slice::from_mut(&mut guard),
+            call.tenant,
+            now,
+        )
+    }
+
+    /// The decision on the tool's one quota, a partitioned one: in the tenant's slot
+    /// (tried again if it was tried before the gates: rarely, only for a tenant whose
+    /// partition is a whole instance), else on the partition's cell. Out of line, so
+    /// that the other tools' general path stays as it was.
+    #[inline(never)]
+    fn try_tenant_quota(&self, call: &Call<'_>, now: Nanos) -> Result<HeldParts, Denial> {
+        if self.try_partition_inline(call, now)? {
+            return Ok(HeldParts::new());
+        }
+        self.decide_one(call, now)
+    }
+
+    /// Whether the tool's one quota is partitioned: its calls may be decided in the
+    /// tenant's slot ([`ToolRuntime::try_partition_inline`]).
+    #[inline(always)]
+    fn has_tenant_slot(&self) -> bool {
+        self.quotas.len() == 1 && self.quotas[0].is_partitioned()
+    }
+
     /// A call whose one quota is a per-tenant request bucket, decided in the tenant's
-    /// slot ([`Quota::try_inline`]): the admission, or the denial the kernel would
-    /// give; `None` when the general path must decide.
+    /// slot ([`Quota::try_inline`]): `Ok(true)` when admitted (the caller counts
+    /// it), the denial the kernel would give, or `Ok(false)` when the general path
+    /// must decide.
     #[inline]
-    fn try_partition_inline(
-        &self,
-        call: &Call<'_>,
-        now: Nanos,
-    ) -> Result<Option<Admission>, Denial> {
+    fn try_partition_inline(&self, call: &Call<'_>, now: Nanos) -> Result<bool, Denial> {
         let q = &self.quotas[0];
         match q.try_inline(call, now) {
-            Ok(Inline::Admitted) => {
-                self.on_admit(Duration::ZERO, call);
-                Ok(Some(Admission::immediate(now)))
-            }
+            Ok(Inline::Admitted) => Ok(true),
             Ok(Inline::Refused(at)) => {
                 let retry = Duration::from_nanos(at - now);
                 let r = self.rejection(q, Reason::RateLimited, Some(retry));
                 Err(Denial::until(r, at))
             }
-            Ok(Inline::General) => Ok(None),
+            Ok(Inline::General) => Ok(false),
             Err(NoPartition::Full) => Err(self.no_plan(NoPlan::NoPartition(0), now)),
             Err(NoPartition::Retired) => Err(self.no_plan(NoPlan::Retired(0), now)),
         }

@@ -120,14 +120,6 @@ impl Cell {
         true
     }
 
-    /// What the cell has available of `def` at `now`, once what is due by then is
-    /// settled.
-    pub(crate) fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
-        let mut g = self.lock();
-        g.settle(def, now);
-        g.limiter.available(def, now)
-    }
-
     /// The key that orders lock acquisition.
     pub(crate) fn order(&self) -> u64 {
         self.id
@@ -146,8 +138,9 @@ impl Instance for Cell {
     }
 
     fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
-        // The inherent method of the same name.
-        Cell::available(self, def, now)
+        let mut g = self.lock();
+        g.settle(def, now);
+        g.limiter.available(def, now)
     }
 
     fn of_bucket(tat: Tat) -> Self {

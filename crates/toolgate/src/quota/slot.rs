@@ -95,6 +95,12 @@ impl Quota {
         Self { def, slot }
     }
 
+    /// Whether the quota has a partition per tenant.
+    #[inline]
+    pub(crate) fn is_partitioned(&self) -> bool {
+        matches!(self.slot, Slot::Partitioned(_))
+    }
+
     /// Decides `call` on this quota in its tenant's slot (`Partitions::charge_inline`),
     /// where it can be decided there: a per-tenant request bucket, enforced, nothing
     /// of it reserved from the call's class, a cost from 1 to its burst.
