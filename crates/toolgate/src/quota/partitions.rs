@@ -22,6 +22,10 @@ use crate::clock::Nanos;
 use crate::rate::{Gcra, Tat, WordCharge, WordForm};
 use crate::sync::Mutex;
 
+mod tenant;
+
+use tenant::{Entry, Tenant};
+
 const SHARDS: usize = 16;
 /// Below `SHARDS` times this many partitions allowed, one shard holds them all, so
 /// that the cap is exact (with several shards each holds its share of the cap, and a
@@ -59,7 +63,7 @@ pub(crate) trait Instance {
 /// The partitions of one quota: an instance `C` per tenant.
 ///
 /// A tenant of a bucket quota is kept in the slot of its shard's table as the
-/// bucket's state alone, one word ([`Entry::Word`]), for as long as nothing needs
+/// bucket's state alone, one word (see `tenant`), for as long as nothing needs
 /// more: a call admitted or refused there ([`Partitions::charge_inline`]) takes the
 /// shard's lock and changes the word. A call that needs the whole instance (it
 /// waits, holds the partition in its permit, or is charged on several quotas at
@@ -107,20 +111,11 @@ pub(crate) struct Home<C> {
 
 #[derive(Debug)]
 struct Shard<C> {
-    map: HashTable<(Box<str>, Entry<C>)>,
+    map: HashTable<Tenant<C>>,
     next_sweep: usize,
     /// A reload converted this shard's partitions into a new map: no partition may
     /// be created here any more (a charge on it would be invisible to the new policy).
     retired: bool,
-}
-
-/// A tenant's partition in its shard's table.
-#[derive(Debug)]
-enum Entry<C> {
-    /// A bucket's state alone, in the quota's one-word form ([`InlineForm`]).
-    Word(u64),
-    /// The whole instance, shared with the calls that use it.
-    Instance(Arc<C>),
 }
 
 /// Why no partition was handed out.
@@ -195,10 +190,10 @@ impl<C: Instance> Partitions<C> {
     pub(crate) fn get(&self, key: &str, def: &QuotaDef, now: Nanos) -> Result<Arc<C>, NoPartition> {
         let (hash, shard) = self.locate(key);
         let mut shard = shard.lock();
-        if let Some((_, entry)) = shard.find_mut(hash, key) {
+        if let Some(tenant) = shard.find_mut(hash, key) {
             // Retired with the map, if a reload converted it: the caller finds out
             // under the instance's lock.
-            return Ok(self.instance(entry));
+            return Ok(self.instance(tenant));
         }
         shard.make_room(self, def, now)?;
         let cell = Arc::new(C::fresh(def, now));
@@ -228,27 +223,26 @@ impl<C: Instance> Partitions<C> {
         };
         let (hash, shard) = self.locate(key);
         let mut shard = shard.lock();
-        if let Some((_, entry)) = shard.find_mut(hash, key) {
-            return Ok(inline.decide(entry, charge, cost, now));
+        if let Some(tenant) = shard.find_mut(hash, key) {
+            return Ok(inline.decide(tenant, charge, cost, now));
         }
         let Some(full) = inline.form.to_word(inline.gcra.full(now)) else {
             return Ok(Inline::General);
         };
         shard.make_room(self, def, now)?;
-        let entry = shard.insert(hash, key, Entry::Word(full), &self.hasher);
-        Ok(inline.decide(entry, charge, cost, now))
+        let tenant = shard.insert(hash, key, Entry::Word(full), &self.hasher);
+        Ok(inline.decide(tenant, charge, cost, now))
     }
 
     /// The whole instance of a partition, taken out of its slot if it was there.
-    fn instance(&self, entry: &mut Entry<C>) -> Arc<C> {
-        match entry {
-            Entry::Instance(cell) => cell.clone(),
-            Entry::Word(word) => {
-                let cell = Arc::new(C::of_bucket(self.tat_of(*word)));
-                *entry = Entry::Instance(cell.clone());
-                cell
-            }
+    fn instance(&self, tenant: &mut Tenant<C>) -> Arc<C> {
+        if let Some(cell) = tenant.instance() {
+            return cell.clone();
         }
+        let word = tenant.word().unwrap_or_default();
+        let cell = Arc::new(C::of_bucket(self.tat_of(word)));
+        tenant.set(Entry::Instance(cell.clone()));
+        cell
     }
 
     /// The bucket state of a word in a slot.
@@ -274,9 +268,12 @@ impl<C: Instance> Partitions<C> {
     pub(crate) fn peek(&self, key: &str) -> Option<Arc<C>> {
         let (hash, shard) = self.locate(key);
         let shard = shard.lock();
-        match shard.find(hash, key)? {
-            Entry::Instance(cell) => Some(cell.clone()),
-            Entry::Word(word) => Some(Arc::new(C::of_bucket(self.tat_of(*word)))),
+        let tenant = shard.find(hash, key)?;
+        match (tenant.instance(), tenant.word()) {
+            (Some(cell), _) => Some(cell.clone()),
+            (None, word) => Some(Arc::new(C::of_bucket(
+                self.tat_of(word.unwrap_or_default()),
+            ))),
         }
     }
 
@@ -285,11 +282,16 @@ impl<C: Instance> Partitions<C> {
     /// slot there.
     pub(crate) fn available(&self, key: &str, def: &QuotaDef, now: Nanos) -> Option<u64> {
         let (hash, shard) = self.locate(key);
-        let cell = match shard.lock().find(hash, key)? {
-            Entry::Instance(cell) => cell.clone(),
-            Entry::Word(word) => {
-                let g = self.inline.as_ref()?.gcra;
-                return Some(g.available(self.tat_of(*word), now).min(g.burst()));
+        let cell = {
+            let shard = shard.lock();
+            let tenant = shard.find(hash, key)?;
+            match (tenant.instance(), tenant.word()) {
+                (Some(cell), _) => cell.clone(),
+                (None, word) => {
+                    let g = self.inline.as_ref()?.gcra;
+                    let tat = self.tat_of(word.unwrap_or_default());
+                    return Some(g.available(tat, now).min(g.burst()));
+                }
             }
         };
         // The instance's lock is taken once the shard's is let go.
@@ -313,8 +315,8 @@ impl<C: Instance> Partitions<C> {
     /// their slots are a bucket's state alone: there is nothing else to change).
     pub(crate) fn for_each(&self, f: impl Fn(&C)) {
         for s in self.shards.iter() {
-            for (_, entry) in s.lock().map.iter() {
-                if let Entry::Instance(cell) = entry {
+            for tenant in s.lock().map.iter() {
+                if let Some(cell) = tenant.instance() {
                     f(cell);
                 }
             }
@@ -338,14 +340,16 @@ impl<C: Instance> Partitions<C> {
         for old in self.shards.iter() {
             let mut old = old.lock();
             old.retired = true;
-            for (k, entry) in old.map.iter_mut() {
-                let cell = convert(k, &self.instance(entry));
+            for tenant in old.map.iter_mut() {
+                let cell = self.instance(tenant);
+                let key = tenant.key();
+                let cell = convert(key, &cell);
                 let entry = match new.word_of(&cell) {
                     Some(word) => Entry::Word(word),
                     None => Entry::Instance(cell),
                 };
-                let (hash, shard) = new.locate(k);
-                shard.lock().insert(hash, k, entry, &new.hasher);
+                let (hash, shard) = new.locate(key);
+                shard.lock().insert(hash, key, entry, &new.hasher);
             }
         }
         for fresh in new.shards.iter() {
@@ -385,12 +389,12 @@ impl<C: Instance> Home<C> {
 // === impl Shard ===
 
 impl<C: Instance> Shard<C> {
-    fn find(&self, hash: u64, key: &str) -> Option<&Entry<C>> {
-        self.map.find(hash, |(k, _)| **k == *key).map(|(_, e)| e)
+    fn find(&self, hash: u64, key: &str) -> Option<&Tenant<C>> {
+        self.map.find(hash, |t| t.is(key))
     }
 
-    fn find_mut(&mut self, hash: u64, key: &str) -> Option<&mut (Box<str>, Entry<C>)> {
-        self.map.find_mut(hash, |(k, _)| **k == *key)
+    fn find_mut(&mut self, hash: u64, key: &str) -> Option<&mut Tenant<C>> {
+        self.map.find_mut(hash, |t| t.is(key))
     }
 
     /// Inserts a partition `key` absent from the shard.
@@ -400,11 +404,10 @@ impl<C: Instance> Shard<C> {
         key: &str,
         entry: Entry<C>,
         hasher: &hashbrown::DefaultHashBuilder,
-    ) -> &mut Entry<C> {
-        let slot = self
-            .map
-            .insert_unique(hash, (key.into(), entry), |(k, _)| hasher.hash_one(k));
-        &mut slot.into_mut().1
+    ) -> &mut Tenant<C> {
+        self.map
+            .insert_unique(hash, Tenant::new(key, entry), |t| hasher.hash_one(t.key()))
+            .into_mut()
     }
 
     /// Makes room for one more partition of `parts` (defined by `def`): sweeps when
@@ -435,22 +438,23 @@ impl<C: Instance> Shard<C> {
         // Reservations already due are settled first: idleness depends on the state,
         // not on when the cell was last looked at. An instance nothing else refers to
         // that is a bucket's state alone goes back into its slot.
-        self.map.retain(|(_, entry)| match entry {
-            Entry::Word(word) => !parts
-                .inline
-                .is_some_and(|i| i.gcra.is_idle(i.form.to_tat(*word), now)),
-            Entry::Instance(cell) => {
-                if Arc::strong_count(cell) > 1 {
-                    return true;
-                }
-                if cell.is_idle(def, now) {
-                    return false;
-                }
-                if let Some(word) = parts.word_of(cell) {
-                    *entry = Entry::Word(word);
-                }
-                true
+        self.map.retain(|tenant| {
+            let Some(cell) = tenant.instance() else {
+                let word = tenant.word().unwrap_or_default();
+                return !parts
+                    .inline
+                    .is_some_and(|i| i.gcra.is_idle(i.form.to_tat(word), now));
+            };
+            if Arc::strong_count(cell) > 1 {
+                return true;
             }
+            if cell.is_idle(def, now) {
+                return false;
+            }
+            if let Some(word) = parts.word_of(cell) {
+                tenant.set(Entry::Word(word));
+            }
+            true
         });
     }
 }
@@ -461,8 +465,14 @@ impl InlineForm {
     /// [`Partitions::charge_inline`] on the tenant's `entry`, with `charge` its cost
     /// at `now` prepared in the word's units.
     #[inline]
-    fn decide<C>(&self, entry: &mut Entry<C>, charge: WordCharge, cost: u64, now: Nanos) -> Inline {
-        let Entry::Word(word) = entry else {
+    fn decide<C>(
+        &self,
+        tenant: &mut Tenant<C>,
+        charge: WordCharge,
+        cost: u64,
+        now: Nanos,
+    ) -> Inline {
+        let Some(word) = tenant.word_mut() else {
             return Inline::General;
         };
         if let Some(next) = charge.apply(*word) {
