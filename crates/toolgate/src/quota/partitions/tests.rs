@@ -148,7 +148,7 @@ fn in_slot(parts: &Partitions<Cell>, key: &str) -> bool {
 
 /// Tenant `t`'s key: short ones, kept in the slot, and long ones, allocated.
 fn key_of(t: u8) -> String {
-    if t % 2 == 0 {
+    if t.is_multiple_of(2) {
         format!("tenant-{t}")
     } else {
         format!("9f1c6a0e-52b4-4d9e-8f3a-0d6c1e2b7a5{t}")
