@@ -13,7 +13,8 @@
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
 //! as in the `quotas_per_call` criterion group), `rejected` (`Engine::try_admit`
-//! refused by a spent bucket), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
+//! refused by a spent bucket) and `governor_rejected` (governor's `check()` on a
+//! spent limiter, with the time to wait), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
 //! ready attempt, and admission plus completion by hand, on a resilient tool),
 //! `governor_keyed` (governor's keyed limiter, the same tenants), and
 //! `tenant_100k` / `governor_keyed_100k` (100,000 partitions made first, then keys
@@ -25,6 +26,8 @@
 
 use std::hint::black_box;
 
+use governor::clock::Clock;
+
 use std::time::Duration;
 
 use toolgate::{AttemptResult, Call, Completion, RunOptions};
@@ -33,7 +36,10 @@ use toolgate::{AttemptResult, Call, Completion, RunOptions};
 #[allow(dead_code)]
 mod support;
 
-use support::{engine, governor_direct, governor_keyed, tenant_keys, FOUR_QUOTAS, OPEN_BUCKET};
+use support::{
+    engine, governor_direct, governor_keyed, governor_spent, tenant_keys, FOUR_QUOTAS, OPEN_BUCKET,
+    SPENT_BUCKET,
+};
 
 /// A tool with a closed breaker and retries configured (as in the `pipeline` bench):
 /// `pipeline_run` runs a ready attempt through `Engine::run`, `pipeline_bare` admits
@@ -100,8 +106,18 @@ fn run(form: &str, n: u64) {
                 drop(e.try_admit(black_box(&call)).unwrap());
             });
         }
+        "governor_rejected" => {
+            let (gov, clock) = governor_spent();
+            (0..n).for_each(|_| {
+                black_box(
+                    black_box(gov.check())
+                        .unwrap_err()
+                        .wait_time_from(clock.now()),
+                );
+            });
+        }
         "rejected" => {
-            let e = engine("[tools.t]\nrate = \"1/h\"\nburst = 1");
+            let e = engine(SPENT_BUCKET);
             drop(e.try_admit(&call).unwrap());
             (0..n).for_each(|_| drop(black_box(e.try_admit(black_box(&call))).unwrap_err()));
         }
@@ -146,6 +162,8 @@ fn main() {
             "by_name",
             "tenant",
             "four",
+            "rejected",
+            "governor_rejected",
             "governor_keyed",
         ]
         .into_iter()

@@ -5,11 +5,17 @@
 //! time what those forms cannot do without in safe Rust, in the same run: sharing
 //! the tool with the permit (one `Arc` clone and drop: two locked instructions) and
 //! reading the policy in force, which a reload may swap (one `arc-swap` load).
+//! `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
+//! against governor's `check()` saying when to retry.
 
 use criterion::{BenchmarkId, Criterion};
 use toolgate::{Call, Completion};
 
-use crate::support::{engine, governor_direct, GOVERNOR, OPEN_BUCKET, TOOLGATE};
+use governor::clock::Clock;
+
+use crate::support::{
+    engine, governor_direct, governor_spent, GOVERNOR, OPEN_BUCKET, SPENT_BUCKET, TOOLGATE,
+};
 
 pub(crate) fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("single_quota_uncontended");
@@ -53,6 +59,24 @@ pub(crate) fn bench(c: &mut Criterion) {
     let gov = governor_direct();
     g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
         b.iter(|| gov.check().unwrap());
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("spent_bucket");
+    let spent = engine(SPENT_BUCKET);
+    drop(spent.try_admit(&call).unwrap());
+    g.bench_function(BenchmarkId::new("rejected_by_name", TOOLGATE), |b| {
+        b.iter(|| {
+            let no = spent.try_admit(std::hint::black_box(&call)).unwrap_err();
+            std::hint::black_box(no.retry_after())
+        });
+    });
+    let (gov, clock) = governor_spent();
+    g.bench_function(BenchmarkId::new("rejected", GOVERNOR), |b| {
+        b.iter(|| {
+            let no = gov.check().unwrap_err();
+            std::hint::black_box(no.wait_time_from(clock.now()))
+        });
     });
     g.finish();
 }

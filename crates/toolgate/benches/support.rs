@@ -53,6 +53,20 @@ pub(crate) fn governor_direct() -> Direct {
     )
 }
 
+/// governor's direct limiter of one call an hour, spent: every `check()` says when
+/// to retry. With the clock it reads that time from.
+pub(crate) fn governor_spent() -> (Direct, FakeRelativeClock) {
+    let clock = FakeRelativeClock::default();
+    let one = NonZeroU32::new(1).unwrap();
+    let gov = RateLimiter::direct_with_clock(Quota::per_hour(one), clock.clone());
+    gov.check().unwrap();
+    (gov, clock)
+}
+
+/// A toolgate tool of one call an hour, spent: every call is refused with its
+/// `retry_after`.
+pub(crate) const SPENT_BUCKET: &str = "[tools.t]\nrate = \"1/h\"\nburst = 1";
+
 pub(crate) type Keyed = RateLimiter<
     String,
     governor::state::keyed::DefaultKeyedStateStore<String>,

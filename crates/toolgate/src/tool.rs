@@ -80,6 +80,31 @@ impl ToolRuntime {
         self.try_admit_general(call, now)
     }
 
+    /// A call no gate has a say on, decided without the gates: decided in the
+    /// tenant's slot on a per-tenant bucket (`Ok(true)`: admitted, the caller counts
+    /// it), or refused by the fast bucket's word (the time it conforms read off it,
+    /// as the general path would find it under the lock). `Ok(false)` when the
+    /// general path must decide. Out of line, so that the other tools' general path
+    /// stays as it was.
+    #[inline(never)]
+    fn decide_quiet(&self, call: &Call<'_>, now: Nanos) -> Result<bool, Denial> {
+        let Some(bucket) = self.fast_bucket() else {
+            return self.try_partition_inline(call, now);
+        };
+        // A cost of 0 or above the burst: the general path admits or names it.
+        let q = &self.quotas[0];
+        let cost = call.count;
+        if cost == 0 || cost > q.def.capacity() {
+            return Ok(false);
+        }
+        let Some(at) = bucket.refusal(cost, now) else {
+            return Ok(false);
+        };
+        let retry = Duration::from_nanos(at - now);
+        let r = self.rejection(q, Reason::RateLimited, Some(retry));
+        Err(Denial::until(r, at))
+    }
+
     /// Whether nothing but the quotas has a say on `call` at `now`: no deadline, no
     /// reload superseding the tool, no fair queue, no breaker, no upstream pause or
     /// spreading (of the whole tool or of any tenant).
@@ -113,21 +138,21 @@ impl ToolRuntime {
     }
 
     /// [`ToolRuntime::try_admit`] once the fast path has been tried (or cannot
-    /// apply): while no gate has a say, a per-tenant bucket in the tenant's slot;
-    /// else the gates, then every quota of the call.
+    /// apply): while no gate has a say, the fast bucket's word or the tenant's slot
+    /// ([`ToolRuntime::decide_quiet`]); else the gates, then every quota of the call.
     pub(crate) fn try_admit_general(
         &self,
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Admission, Denial> {
-        if self.has_tenant_slot()
-            && self.quiet(call, now)
-            && self.try_partition_inline(call, now)?
-        {
-            self.on_admit(Duration::ZERO, call);
-            let mut admission = Admission::immediate(now);
-            admission.tenant = self.upstream.tenant_key(call.tenant);
-            return Ok(admission);
+        if (self.fast.is_some() || self.has_tenant_slot()) && self.quiet(call, now) {
+            // `Ok(false)`: the general path decides.
+            if self.decide_quiet(call, now)? {
+                self.on_admit(Duration::ZERO, call);
+                let mut admission = Admission::immediate(now);
+                admission.tenant = self.upstream.tenant_key(call.tenant);
+                return Ok(admission);
+            }
         }
         if self.stats.latency.too_late(now, call.deadline_at()) {
             return Err(Rejection::past_deadline(self.name.clone()).into());

@@ -90,6 +90,20 @@ impl FastBucket {
         }
     }
 
+    /// When `cost` conforms at the earliest, read off the word at `now` (after
+    /// [`FastBucket::try_charge`] said no): `Some` time after `now` for a refusal the
+    /// general path would give too, exactly; `None` when the general path must decide
+    /// (the state is under the lock, the word admits by now, or the arithmetic
+    /// would leave a word).
+    #[inline]
+    pub(crate) fn refusal(&self, cost: u64, now: Nanos) -> Option<Nanos> {
+        let word = self.word.load(Ordering::Acquire);
+        if word == Self::LOCKED {
+            return None;
+        }
+        self.form.earliest(word, cost, now).filter(|at| *at > now)
+    }
+
     /// Admits `cost` at `now` with one compare-and-swap, or says that the general
     /// path must decide: `false` on a rejection too (which the general path then
     /// explains), or while the state is under the lock.

@@ -83,6 +83,22 @@ impl WordForm {
         })
     }
 
+    /// The earliest time ≥ `now` at which `cost` tokens conform on `word`: the same
+    /// as [`Gcra::earliest`] on the word's state, in the word's units (no 128-bit
+    /// division). `None` when the arithmetic would leave a word.
+    #[inline]
+    pub(crate) fn earliest(&self, word: u64, cost: u64, now: Nanos) -> Option<Nanos> {
+        // Conforms at `t` while `word + cost` stays within a burst of `t`:
+        // `word + cost·per_token - burst·per_token <= t·k`.
+        let limit = word
+            .checked_add(cost.checked_mul(self.per_token)?)?
+            .saturating_sub(self.above - 1);
+        if limit <= now.checked_mul(self.k)? {
+            return Some(now);
+        }
+        Some(limit.div_ceil(self.k))
+    }
+
     /// The word of a scaled state, if it has one.
     pub(crate) fn to_word(self, tat: Tat) -> Option<u64> {
         let v = tat.get();

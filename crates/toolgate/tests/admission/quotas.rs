@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use toolgate::{Call, Completion, Outcome};
+use toolgate::{Call, Clock, Completion, Outcome};
 
 use crate::support::{admit_n, assert_rejected, engine, ms, quota, quota_of};
 
@@ -396,6 +396,61 @@ fn unused_parts_of_a_reservation_give_back_everything_they_charged() {
     assert_eq!(
         quota(&engine, "lookup", "tools.lookup.tokens").available,
         Some(900)
+    );
+}
+
+/// Both engines' answers to the same calls, at the same times: one decides on the
+/// fast path (and refuses off the bucket's word, or a tenant's slot), the other's
+/// calls carry a far deadline, which sends each of them through the gates and the
+/// kernel under the cell's lock. Every answer must be the same, `retry_after`
+/// included.
+fn same_answers_with_and_without_the_general_path(toml: &str, tenants: &[&str]) {
+    let (fast, fast_clock) = engine(toml);
+    let (general, general_clock) = engine(toml);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for i in 0..2_000 {
+        let dt = match next(4) {
+            0 => 0,
+            1 => next(1_000),
+            _ => next(400_000_000),
+        };
+        fast_clock.advance(Duration::from_nanos(dt));
+        general_clock.advance(Duration::from_nanos(dt));
+        let tenant = tenants[next(tenants.len() as u64) as usize];
+        let call = Call::new("t").tenant(tenant).count(1 + next(3));
+        let far = general_clock.now() + 1_000_000_000_000_000;
+        let a = fast.try_admit(&call);
+        let b = general.try_admit(&call.deadline(far));
+        match (a, b) {
+            (Ok(_), Ok(_)) => {}
+            (Err(a), Err(b)) => assert_eq!(
+                (a.reason(), a.quota(), a.retry_after()),
+                (b.reason(), b.quota(), b.retry_after()),
+                "call {i}"
+            ),
+            (a, b) => panic!("call {i}: {:?} against {:?}", a.err(), b.err()),
+        }
+    }
+}
+
+#[test]
+fn a_refusal_read_off_the_fast_paths_word_is_the_general_paths_refusal() {
+    same_answers_with_and_without_the_general_path("[tools.t]\nrate = \"7/s\"\nburst = 3", &[""]);
+    // A rate whose units are not whole nanoseconds.
+    same_answers_with_and_without_the_general_path("[tools.t]\nrate = \"3/7s\"\nburst = 3", &[""]);
+}
+
+#[test]
+fn a_decision_in_a_tenants_slot_without_the_gates_is_the_one_made_through_them() {
+    same_answers_with_and_without_the_general_path(
+        "[tools.t]\nrate = \"5/s\"\nburst = 3\npartition = \"tenant\"",
+        &["a", "b", "9f1c6a0e-52b4-4d9e-8f3a-0d6c1e2b7a55"],
     );
 }
 

@@ -99,6 +99,29 @@ proptest::proptest! {
         proptest::prop_assert_eq!(charge.apply(u64::MAX - cost - 1), Some(u64::MAX - 1));
     }
 
+    /// The time a refused cost conforms, read off a word, is the scaled form's, for
+    /// any rate, burst, state and cost, to the nanosecond.
+    #[test]
+    fn the_word_says_when_a_cost_conforms_as_the_scaled_form_does(
+        n in 1u64..20_000_000_000,
+        period in 1u64..1_000_000_000_000,
+        burst in 1u64..1_000,
+        now in 0u64..1 << 40,
+        ahead in 0u64..=u64::MAX,
+        cost in 1u64..1_000,
+    ) {
+        let g = Gcra::new(n, period, burst);
+        let Some(form) = g.word_form() else { return Ok(()) };
+        let cost = cost.min(burst);
+        let Some(base) = now.checked_mul(form.k) else { return Ok(()) };
+        // A state from a full bucket to two bursts in debt, not on a whole token.
+        let span = form.above.saturating_mul(2).max(1);
+        let Some(word) = base.checked_add(ahead % span) else { return Ok(()) };
+        if let Some(at) = form.earliest(word, cost, now) {
+            proptest::prop_assert_eq!(at, g.earliest(form.to_tat(word), cost, now));
+        }
+    }
+
     /// The one-word form of the fast path decides exactly as the scaled form,
     /// and holds the same state, for any rate, burst and history.
     #[test]
@@ -115,6 +138,12 @@ proptest::proptest! {
         let mut now = 0u64;
         for (dt, cost) in steps {
             now += dt;
+            if cost <= burst {
+                // The word says when the cost conforms, as the scaled form does.
+                if let Some(at) = form.earliest(word, cost, now) {
+                    proptest::prop_assert_eq!(at, g.earliest(tat, cost, now));
+                }
+            }
             let scaled = (cost <= burst && g.earliest(tat, cost, now) <= now)
                 .then(|| g.charge(tat, cost, now));
             match form.charge(word, cost, now) {
