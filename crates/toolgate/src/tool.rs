@@ -107,7 +107,9 @@ impl ToolRuntime {
 
     /// Whether nothing but the quotas has a say on `call` at `now`: no deadline, no
     /// reload superseding the tool, no fair queue, no breaker, no upstream pause or
-    /// spreading (of the whole tool or of any tenant).
+    /// spreading (of the whole tool or of any tenant). A call found quiet skips
+    /// [`ToolRuntime::gates`]: a new gate there must make this say no while it has a
+    /// say.
     #[inline(always)]
     fn quiet(&self, call: &Call<'_>, now: Nanos) -> bool {
         call.deadline_at().is_none()
