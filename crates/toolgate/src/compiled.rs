@@ -28,7 +28,7 @@ use crate::shared::Shared;
 use crate::signals::TenantSignals;
 use crate::tool::ToolRuntime;
 use crate::upstream::Upstream;
-use crate::vocab::{UnknownTools, Window, DEFAULT_MAX_PARTITIONS};
+use crate::vocab::{QuotaNames, UnknownTools, Window, DEFAULT_MAX_PARTITIONS};
 
 /// A policy compiled against an engine's state.
 #[derive(Debug)]
@@ -176,6 +176,7 @@ fn compile_tool(
     ToolRuntime {
         name: stats.name.clone(),
         lock_order: lock_order(&list),
+        names: quota_names(&stats.name, &list),
         quotas: list,
         on_limit: t.on_limit,
         max_wait: t.max_wait,
@@ -242,6 +243,19 @@ fn lock_order(quotas: &[Arc<Quota>]) -> Option<Box<[usize]>> {
     }
     order.sort_unstable();
     Some(order.into_iter().map(|(_, i)| i).collect())
+}
+
+/// The names each of a tool's quotas gives its rejections, made once per policy.
+fn quota_names(tool: &Arc<str>, quotas: &[Arc<Quota>]) -> Box<[Arc<QuotaNames>]> {
+    quotas
+        .iter()
+        .map(|q| {
+            Arc::new(QuotaNames {
+                tool: tool.clone(),
+                quota: q.def.path.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The single bucket of a tool that has nothing else, for the fast path.

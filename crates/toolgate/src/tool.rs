@@ -23,7 +23,7 @@ use crate::retry::RetryRuntime;
 use crate::shared::Shared;
 use crate::signals::Signals;
 use crate::upstream::Upstream;
-use crate::vocab::{Call, Completion, OnLimit, Priority, Reason, Rejection};
+use crate::vocab::{Call, Completion, OnLimit, Priority, QuotaNames, Reason, Rejection};
 
 mod gates;
 
@@ -33,6 +33,8 @@ pub(crate) struct ToolRuntime {
     pub(crate) name: Arc<str>,
     /// The tool's own quotas, then those of its pools.
     pub(crate) quotas: Vec<Arc<Quota>>,
+    /// The names a rejection by each of `quotas` gives, in the same order.
+    pub(crate) names: Box<[Arc<QuotaNames>]>,
     pub(crate) on_limit: OnLimit,
     pub(crate) max_wait: Duration,
     pub(crate) queue_limit: usize,
@@ -333,7 +335,12 @@ impl ToolRuntime {
             Reason::RateLimited => quota.def.reason(),
             other => other,
         };
-        Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry)
+        let names = self.quotas.iter().zip(self.names.iter());
+        match names.into_iter().find(|(q, _)| std::ptr::eq(&***q, quota)) {
+            Some((_, names)) => Rejection::named(names, reason, retry),
+            // A quota not among the tool's (an adaptive limit's, say).
+            None => Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry),
+        }
     }
 
     /// Counts a refusal and hands back its rejection.

@@ -43,6 +43,7 @@ pub use partition::Partition;
 pub use priority::{Priority, UnknownPriority};
 pub use rate::{Rate, MAX_COUNT};
 pub use reason::Reason;
+pub(crate) use rejection::QuotaNames;
 pub use rejection::Rejection;
 pub use unknown_tools::UnknownTools;
 pub use window::Window;

@@ -17,12 +17,28 @@ const STORE_QUOTA: &str = "store";
 const DEADLINE_QUOTA: &str = "deadline";
 
 /// A call that was not admitted, and consumed nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Rejection {
-    tool: Arc<str>,
-    quota: Arc<str>,
+    names: Names,
     reason: Reason,
     retry_after: Option<Duration>,
+}
+
+/// The tool and quota a rejection names: its own, or shared by every rejection of
+/// one tool by one quota ([`QuotaNames`]), which costs one reference count to take
+/// and give back instead of two.
+#[derive(Clone)]
+enum Names {
+    Own { tool: Arc<str>, quota: Arc<str> },
+    Shared(Arc<QuotaNames>),
+}
+
+/// A tool's name and the path of one of its quotas, made once per policy and
+/// shared by the rejections that name them (see [`Rejection::named`]).
+#[derive(Debug)]
+pub(crate) struct QuotaNames {
+    pub(crate) tool: Arc<str>,
+    pub(crate) quota: Arc<str>,
 }
 
 // === impl Rejection ===
@@ -36,8 +52,24 @@ impl Rejection {
         retry_after: Option<Duration>,
     ) -> Self {
         Self {
-            tool: tool.into(),
-            quota: quota.into(),
+            names: Names::Own {
+                tool: tool.into(),
+                quota: quota.into(),
+            },
+            reason,
+            retry_after,
+        }
+    }
+
+    /// A rejection by the quota and of the tool that `names` names.
+    #[inline]
+    pub(crate) fn named(
+        names: &Arc<QuotaNames>,
+        reason: Reason,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        Self {
+            names: Names::Shared(names.clone()),
             reason,
             retry_after,
         }
@@ -53,7 +85,7 @@ impl Rejection {
 
     /// Whether this is a [`Rejection::past_deadline`].
     pub fn is_past_deadline(&self) -> bool {
-        self.reason == Reason::MaxWaitExceeded && *self.quota == *DEADLINE_QUOTA
+        self.reason == Reason::MaxWaitExceeded && self.quota() == DEADLINE_QUOTA
     }
 
     /// The rejection of a call to `tool` that a shared store (see [`crate::store`])
@@ -71,18 +103,24 @@ impl Rejection {
     /// caller that admission could not be decided, rather than that a limit was
     /// reached.
     pub fn is_store_unavailable(&self) -> bool {
-        self.reason == Reason::CircuitOpen && *self.quota == *STORE_QUOTA
+        self.reason == Reason::CircuitOpen && self.quota() == STORE_QUOTA
     }
 
     /// The tool the call was for.
     pub fn tool(&self) -> &str {
-        &self.tool
+        match &self.names {
+            Names::Own { tool, .. } => tool,
+            Names::Shared(n) => &n.tool,
+        }
     }
 
     /// The quota that said no, as a config path (`tools.lookup_customer.rate`,
     /// `pools.crm.tokens`); empty for unknown tools.
     pub fn quota(&self) -> &str {
-        &self.quota
+        match &self.names {
+            Names::Own { quota, .. } => quota,
+            Names::Shared(n) => &n.quota,
+        }
     }
 
     /// Why the call was rejected.
@@ -97,11 +135,35 @@ impl Rejection {
     }
 }
 
+impl PartialEq for Rejection {
+    /// Equal when they say the same: tool, quota, reason and retry time, however
+    /// their names are held.
+    fn eq(&self, other: &Self) -> bool {
+        self.tool() == other.tool()
+            && self.quota() == other.quota()
+            && self.reason == other.reason
+            && self.retry_after == other.retry_after
+    }
+}
+
+impl Eq for Rejection {}
+
+impl fmt::Debug for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rejection")
+            .field("tool", &self.tool())
+            .field("quota", &self.quota())
+            .field("reason", &self.reason)
+            .field("retry_after", &self.retry_after)
+            .finish()
+    }
+}
+
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "call to {:?} rejected: {}", self.tool, self.reason)?;
-        if !self.quota.is_empty() {
-            write!(f, " by {}", self.quota)?;
+        write!(f, "call to {:?} rejected: {}", self.tool(), self.reason)?;
+        if !self.quota().is_empty() {
+            write!(f, " by {}", self.quota())?;
         }
         if let Some(d) = self.retry_after {
             write!(f, "; retry after {}ms", d.as_millis().max(1))?;
@@ -127,6 +189,25 @@ mod tests {
         let breaker = Rejection::new("t", "tools.t.circuit", Reason::CircuitOpen, None);
         let rate = Rejection::new("t", "tools.t.rate", Reason::RateLimited, None);
         assert!(!breaker.is_store_unavailable() && !rate.is_store_unavailable());
+    }
+
+    #[test]
+    fn a_rejection_with_shared_names_says_and_equals_what_one_with_its_own_says() {
+        let names = Arc::new(QuotaNames {
+            tool: "t".into(),
+            quota: "tools.t.rate".into(),
+        });
+        let retry = Some(Duration::from_millis(5));
+        let shared = Rejection::named(&names, Reason::RateLimited, retry);
+        let own = Rejection::new("t", "tools.t.rate", Reason::RateLimited, retry);
+        assert_eq!(shared, own);
+        assert_eq!((shared.tool(), shared.quota()), ("t", "tools.t.rate"));
+        assert_eq!(format!("{shared:?}"), format!("{own:?}"));
+        assert_eq!(shared.to_string(), own.to_string());
+        assert_ne!(
+            shared,
+            Rejection::new("t", "tools.t.rate", Reason::RateLimited, None)
+        );
     }
 
     #[test]
