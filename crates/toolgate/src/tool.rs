@@ -335,8 +335,8 @@ impl ToolRuntime {
             Reason::RateLimited => quota.def.reason(),
             other => other,
         };
-        let names = self.quotas.iter().zip(self.names.iter());
-        match names.into_iter().find(|(q, _)| std::ptr::eq(&***q, quota)) {
+        let mut names = self.quotas.iter().zip(self.names.iter());
+        match names.find(|(q, _)| std::ptr::eq(&***q, quota)) {
             Some((_, names)) => Rejection::named(names, reason, retry),
             // A quota not among the tool's (an adaptive limit's, say).
             None => Rejection::new(self.name.clone(), quota.def.path.clone(), reason, retry),
