@@ -101,7 +101,7 @@ impl FastBucket {
         if word == Self::LOCKED {
             return None;
         }
-        self.form.earliest(word, cost, now).filter(|at| *at > now)
+        self.form.refusal(word, cost, now)
     }
 
     /// Admits `cost` at `now` with one compare-and-swap, or says that the general

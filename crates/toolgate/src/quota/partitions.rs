@@ -21,10 +21,11 @@ use super::def::{Kind, QuotaDef};
 use crate::clock::Nanos;
 use crate::rate::{Gcra, Tat, WordCharge, WordForm};
 use crate::sync::Mutex;
+use crate::vocab::CostOf;
 
 mod tenant;
 
-use tenant::{Entry, Tenant};
+use tenant::{Entry, EntryRef, Tenant};
 
 const SHARDS: usize = 16;
 /// Below `SHARDS` times this many partitions allowed, one shard holds them all, so
@@ -74,8 +75,8 @@ pub(crate) struct Partitions<C> {
     shards: Box<[Mutex<Shard<C>>]>,
     per_shard_max: usize,
     hasher: hashbrown::DefaultHashBuilder,
-    /// The quota's bucket and its one-word form, when it is a bucket that has one:
-    /// its tenants' state can then be kept in their slots.
+    /// The quota's bucket and its one-word form, when it is an enforced request
+    /// bucket that has one: its tenants' state can then be kept in their slots.
     inline: Option<InlineForm>,
     home: Arc<Home<C>>,
 }
@@ -151,8 +152,12 @@ impl<C: Instance> Partitions<C> {
                 })
             })
             .collect();
-        let inline = match def.kind {
-            Kind::Bucket(gcra) => gcra.word_form().map(|form| InlineForm { gcra, form }),
+        // Only an enforced request bucket's calls are decided in a slot; every
+        // other quota keeps its tenants as whole instances.
+        let inline = match (def.kind, def.cost_of, def.shadow) {
+            (Kind::Bucket(gcra), CostOf::Requests, false) => {
+                gcra.word_form().map(|form| InlineForm { gcra, form })
+            }
             _ => None,
         };
         Self {
@@ -236,10 +241,10 @@ impl<C: Instance> Partitions<C> {
 
     /// The whole instance of a partition, taken out of its slot if it was there.
     fn instance(&self, tenant: &mut Tenant<C>) -> Arc<C> {
-        if let Some(cell) = tenant.instance() {
-            return cell.clone();
-        }
-        let word = tenant.word().unwrap_or_default();
+        let word = match tenant.entry() {
+            EntryRef::Instance(cell) => return cell.clone(),
+            EntryRef::Word(word) => word,
+        };
         let cell = Arc::new(C::of_bucket(self.tat_of(word)));
         tenant.set(Entry::Instance(cell.clone()));
         cell
@@ -251,6 +256,14 @@ impl<C: Instance> Partitions<C> {
             .as_ref()
             .map(|i| i.form.to_tat(word))
             .expect("only a quota with a one-word form keeps words in its slots")
+    }
+
+    /// Whether a word in a slot is a full bucket at `now`: an idle tenant.
+    fn word_is_idle(&self, word: u64, now: Nanos) -> bool {
+        let tat = self.tat_of(word);
+        self.inline
+            .as_ref()
+            .is_some_and(|i| i.gcra.is_idle(tat, now))
     }
 
     /// The word that keeps `cell`'s state in its slot, if it can live there: nothing
@@ -268,12 +281,9 @@ impl<C: Instance> Partitions<C> {
     pub(crate) fn peek(&self, key: &str) -> Option<Arc<C>> {
         let (hash, shard) = self.locate(key);
         let shard = shard.lock();
-        let tenant = shard.find(hash, key)?;
-        match (tenant.instance(), tenant.word()) {
-            (Some(cell), _) => Some(cell.clone()),
-            (None, word) => Some(Arc::new(C::of_bucket(
-                self.tat_of(word.unwrap_or_default()),
-            ))),
+        match shard.find(hash, key)?.entry() {
+            EntryRef::Instance(cell) => Some(cell.clone()),
+            EntryRef::Word(word) => Some(Arc::new(C::of_bucket(self.tat_of(word)))),
         }
     }
 
@@ -284,13 +294,11 @@ impl<C: Instance> Partitions<C> {
         let (hash, shard) = self.locate(key);
         let cell = {
             let shard = shard.lock();
-            let tenant = shard.find(hash, key)?;
-            match (tenant.instance(), tenant.word()) {
-                (Some(cell), _) => cell.clone(),
-                (None, word) => {
+            match shard.find(hash, key)?.entry() {
+                EntryRef::Instance(cell) => cell.clone(),
+                EntryRef::Word(word) => {
                     let g = self.inline.as_ref()?.gcra;
-                    let tat = self.tat_of(word.unwrap_or_default());
-                    return Some(g.available(tat, now).min(g.burst()));
+                    return Some(g.available(self.tat_of(word), now).min(g.burst()));
                 }
             }
         };
@@ -316,7 +324,7 @@ impl<C: Instance> Partitions<C> {
     pub(crate) fn for_each(&self, f: impl Fn(&C)) {
         for s in self.shards.iter() {
             for tenant in s.lock().map.iter() {
-                if let Some(cell) = tenant.instance() {
+                if let EntryRef::Instance(cell) = tenant.entry() {
                     f(cell);
                 }
             }
@@ -439,19 +447,13 @@ impl<C: Instance> Shard<C> {
         // not on when the cell was last looked at. An instance nothing else refers to
         // that is a bucket's state alone goes back into its slot.
         self.map.retain(|tenant| {
-            let Some(cell) = tenant.instance() else {
-                let word = tenant.word().unwrap_or_default();
-                return !parts
-                    .inline
-                    .is_some_and(|i| i.gcra.is_idle(i.form.to_tat(word), now));
+            let back = match tenant.entry() {
+                EntryRef::Word(word) => return !parts.word_is_idle(word, now),
+                EntryRef::Instance(cell) if Arc::strong_count(cell) > 1 => return true,
+                EntryRef::Instance(cell) if cell.is_idle(def, now) => return false,
+                EntryRef::Instance(cell) => parts.word_of(cell),
             };
-            if Arc::strong_count(cell) > 1 {
-                return true;
-            }
-            if cell.is_idle(def, now) {
-                return false;
-            }
-            if let Some(word) = parts.word_of(cell) {
+            if let Some(word) = back {
                 tenant.set(Entry::Word(word));
             }
             true
@@ -479,11 +481,10 @@ impl InlineForm {
             *word = next;
             return Inline::Admitted;
         }
-        match self.gcra.earliest(self.form.to_tat(*word), cost, now) {
-            at if at > now => Inline::Refused(at),
-            // The word's arithmetic ran out where the scaled form's does not.
-            _ => Inline::General,
-        }
+        // `None`: the word's arithmetic ran out where the scaled form's does not.
+        self.form
+            .refusal(*word, cost, now)
+            .map_or(Inline::General, Inline::Refused)
     }
 }
 

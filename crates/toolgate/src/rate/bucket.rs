@@ -99,6 +99,14 @@ impl WordForm {
         Some(limit.div_ceil(self.k))
     }
 
+    /// The time a refused `cost` conforms on `word` ([`WordForm::earliest`], after
+    /// now): `None` when it would conform by `now` or the arithmetic would leave a
+    /// word (the general path then decides).
+    #[inline]
+    pub(crate) fn refusal(&self, word: u64, cost: u64, now: Nanos) -> Option<Nanos> {
+        self.earliest(word, cost, now).filter(|at| *at > now)
+    }
+
     /// The word of a scaled state, if it has one.
     pub(crate) fn to_word(self, tat: Tat) -> Option<u64> {
         let v = tat.get();

@@ -23,6 +23,13 @@ pub(super) enum Entry<C> {
     Instance(Arc<C>),
 }
 
+/// A tenant's partition, borrowed from its slot ([`Tenant::entry`]).
+#[derive(Debug)]
+pub(super) enum EntryRef<'a, C> {
+    Word(u64),
+    Instance(&'a Arc<C>),
+}
+
 /// A tenant's slot: its key and its partition.
 #[derive(Debug)]
 pub(super) enum Tenant<C> {
@@ -87,12 +94,14 @@ impl<C> Tenant<C> {
         std::str::from_utf8(self.key_bytes()).expect("a key is copied from a str")
     }
 
-    /// The bucket's word, while the partition is kept as one.
+    /// The partition, as it is kept.
     #[inline]
-    pub(super) fn word(&self) -> Option<u64> {
+    pub(super) fn entry(&self) -> EntryRef<'_, C> {
         match self {
-            Self::ShortWord { word, .. } | Self::LongWord { word, .. } => Some(*word),
-            _ => None,
+            Self::ShortWord { word, .. } | Self::LongWord { word, .. } => EntryRef::Word(*word),
+            Self::ShortInstance { cell, .. } | Self::LongInstance { cell, .. } => {
+                EntryRef::Instance(cell)
+            }
         }
     }
 
@@ -101,15 +110,6 @@ impl<C> Tenant<C> {
     pub(super) fn word_mut(&mut self) -> Option<&mut u64> {
         match self {
             Self::ShortWord { word, .. } | Self::LongWord { word, .. } => Some(word),
-            _ => None,
-        }
-    }
-
-    /// The whole instance, while the partition is kept as one.
-    #[inline]
-    pub(super) fn instance(&self) -> Option<&Arc<C>> {
-        match self {
-            Self::ShortInstance { cell, .. } | Self::LongInstance { cell, .. } => Some(cell),
             _ => None,
         }
     }
@@ -169,11 +169,12 @@ mod tests {
         ] {
             let mut t = Tenant::new(key, Entry::Word(7));
             assert!(t.is(key) && !t.is(&format!("{key}x")));
-            assert_eq!((t.key(), t.word()), (key, Some(7)));
+            assert!(t.key() == key && matches!(t.entry(), EntryRef::Word(7)));
             t.set(Entry::Instance(Arc::new(1u64)));
-            assert!(t.is(key) && t.word().is_none() && t.instance().is_some());
+            assert!(t.is(key) && matches!(t.entry(), EntryRef::Instance(c) if **c == 1));
+            assert!(t.word_mut().is_none());
             t.set(Entry::Word(9));
-            assert_eq!((t.key(), t.word()), (key, Some(9)));
+            assert!(t.key() == key && matches!(t.entry(), EntryRef::Word(9)));
             let short = matches!(t, Tenant::ShortWord { .. });
             assert_eq!(short, key.len() <= INLINE, "{key:?}");
         }

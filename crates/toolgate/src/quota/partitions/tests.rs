@@ -143,7 +143,7 @@ fn in_slot(parts: &Partitions<Cell>, key: &str) -> bool {
     shard
         .lock()
         .find(hash, key)
-        .is_some_and(|t| t.word().is_some())
+        .is_some_and(|t| matches!(t.entry(), super::EntryRef::Word(_)))
 }
 
 /// Tenant `t`'s key: short ones, kept in the slot, and long ones, allocated.
