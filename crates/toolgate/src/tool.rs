@@ -93,18 +93,18 @@ impl ToolRuntime {
         let Some(bucket) = self.fast_bucket() else {
             return self.try_partition_inline(call, now);
         };
-        // A cost of 0 or above the burst: the general path admits or names it.
         let q = &self.quotas[0];
-        let cost = call.count;
-        if cost == 0 || cost > q.def.capacity() {
-            return Ok(false);
+        match q.word_cost(call).and_then(|cost| bucket.refusal(cost, now)) {
+            Some(at) => Err(self.refused_until(q, at, now)),
+            None => Ok(false),
         }
-        let Some(at) = bucket.refusal(cost, now) else {
-            return Ok(false);
-        };
+    }
+
+    /// The denial of a call that `q` refuses until `at` (after `now`), as the
+    /// kernel gives it.
+    fn refused_until(&self, q: &Quota, at: Nanos, now: Nanos) -> Denial {
         let retry = Duration::from_nanos(at - now);
-        let r = self.rejection(q, Reason::RateLimited, Some(retry));
-        Err(Denial::until(r, at))
+        Denial::until(self.rejection(q, Reason::RateLimited, Some(retry)), at)
     }
 
     /// Whether nothing but the quotas has a say on `call` at `now`: no deadline, no
@@ -114,11 +114,17 @@ impl ToolRuntime {
     /// say.
     #[inline(always)]
     fn quiet(&self, call: &Call<'_>, now: Nanos) -> bool {
+        self.fast_may_decide(call, now) && self.fair.is_none() && self.upstream.quiet(now)
+    }
+
+    /// What the fast path asks before its word decides alone: no deadline, no
+    /// reload superseding the tool, no breaker, no pause or spreading of the whole
+    /// tool (a tool with a fast path has no fair queue and no per-tenant signals).
+    #[inline(always)]
+    fn fast_may_decide(&self, call: &Call<'_>, now: Nanos) -> bool {
         call.deadline_at().is_none()
-            && self.fair.is_none()
             && !self.superseded.load(std::sync::atomic::Ordering::Acquire)
             && self.ungated(now)
-            && self.upstream.quiet(now)
     }
 
     /// Admits `call` by the fast path alone, when nothing else has a say: no
@@ -129,11 +135,7 @@ impl ToolRuntime {
         let Some(bucket) = self.fast_bucket() else {
             return false;
         };
-        if call.deadline_at().is_some()
-            || self.superseded.load(std::sync::atomic::Ordering::Acquire)
-            || !self.ungated(now)
-            || !bucket.try_charge(call.count, now)
-        {
+        if !self.fast_may_decide(call, now) || !bucket.try_charge(call.count, now) {
             return false;
         }
         self.stats
@@ -244,11 +246,7 @@ impl ToolRuntime {
         let q = &self.quotas[0];
         match q.try_inline(call, now) {
             Ok(Inline::Admitted) => Ok(true),
-            Ok(Inline::Refused(at)) => {
-                let retry = Duration::from_nanos(at - now);
-                let r = self.rejection(q, Reason::RateLimited, Some(retry));
-                Err(Denial::until(r, at))
-            }
+            Ok(Inline::Refused(at)) => Err(self.refused_until(q, at, now)),
             Ok(Inline::General) => Ok(false),
             Err(NoPartition::Full) => Err(self.no_plan(NoPlan::NoPartition(0), now)),
             Err(NoPartition::Retired) => Err(self.no_plan(NoPlan::Retired(0), now)),

@@ -102,25 +102,26 @@ impl Quota {
     }
 
     /// Decides `call` on this quota in its tenant's slot (`Partitions::charge_inline`),
-    /// where it can be decided there: a per-tenant request bucket, enforced, nothing
-    /// of it reserved from the call's class, a cost from 1 to its burst.
-    /// [`Inline::General`] when the general path must decide.
+    /// where it can be decided there: a per-tenant enforced request bucket (its
+    /// partitions say), at a [`Quota::word_cost`]. [`Inline::General`] when the
+    /// general path must decide.
     #[inline]
     pub(crate) fn try_inline(&self, call: &Call<'_>, now: Nanos) -> Result<Inline, NoPartition> {
-        let Slot::Partitioned(parts) = &self.slot else {
+        let (Slot::Partitioned(parts), Some(cost)) = (&self.slot, self.word_cost(call)) else {
             return Ok(Inline::General);
         };
-        let def = &self.def;
-        let cost = call.count;
-        if def.shadow
-            || def.cost_of != CostOf::Requests
-            || def.hold_for(call) != 0
-            || cost == 0
-            || cost > def.capacity()
-        {
-            return Ok(Inline::General);
-        }
-        parts.charge_inline(call.tenant.unwrap_or(""), def, cost, now)
+        parts.charge_inline(call.tenant.unwrap_or(""), &self.def, cost, now)
+    }
+
+    /// What `call` costs on this quota where a bucket's one-word form (the fast
+    /// path's word, a tenant's slot) may decide it: from 1 to the burst, nothing of
+    /// the quota reserved from the call's class. `None` leaves it to the general path
+    /// (which admits a cost of 0 without a charge, names one above the burst, and
+    /// fits a reserve).
+    #[inline]
+    pub(crate) fn word_cost(&self, call: &Call<'_>) -> Option<u64> {
+        let cost = self.cost(call);
+        (cost >= 1 && cost <= self.def.capacity() && self.def.hold_for(call) == 0).then_some(cost)
     }
 
     /// What `call` costs on this quota.
