@@ -63,13 +63,12 @@ pub(crate) trait Instance {
 
 /// The partitions of one quota: an instance `C` per tenant.
 ///
-/// A tenant of a bucket quota is kept in the slot of its shard's table as the
-/// bucket's state alone, one word (see `tenant`), for as long as nothing needs
-/// more: a call admitted or refused there ([`Partitions::charge_inline`]) takes the
-/// shard's lock and changes the word. A call that needs the whole instance (it
-/// waits, holds the partition in its permit, or is charged on several quotas at
-/// once) takes it out of the slot ([`Partitions::get`]); a sweep puts it back once
-/// nothing else refers to it.
+/// A tenant of an enforced request bucket is kept in the slot of its shard's table
+/// as the bucket's state alone, one word (see `tenant`), for as long as nothing
+/// needs more: a call admitted or refused there ([`Partitions::charge_inline`])
+/// takes the shard's lock and changes the word. A call that needs the whole
+/// instance (it waits, or is charged on several quotas at once) takes it out of the
+/// slot ([`Partitions::get`]); a sweep puts it back once nothing else refers to it.
 #[derive(Debug)]
 pub(crate) struct Partitions<C> {
     shards: Box<[Mutex<Shard<C>>]>,
