@@ -2,8 +2,6 @@
 //! signal comes through, and on a tool whose quotas are per tenant it pauses (or
 //! spreads) that tenant's calls only (issue #13, item 1).
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
@@ -194,62 +192,6 @@ fn through_the_tower_layer_the_pause_is_bounded_too() {
         "tools.t.retry_after",
         Some(Duration::from_secs(120)),
     );
-}
-
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-#[test]
-fn a_clamped_signal_is_logged_once_at_warn_with_both_durations() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
-        // Another test's thread may have cached the warning's callsite as of no
-        // interest before this subscriber existed: ask again.
-        tracing::callsite::rebuild_interest_cache();
-        let (engine, _clock) = engine("[tools.crm]\nrate = \"100/s\"");
-        let call = Call::new("crm").tenant("acme");
-        engine
-            .try_admit(&call)
-            .unwrap()
-            .complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(3_600)));
-        // Within max_pause: nothing to warn about.
-        engine
-            .try_admit(&Call::new("other"))
-            .unwrap()
-            .complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(1)));
-    });
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 1, "{text}");
-    let line = lines[0];
-    for part in [
-        "WARN",
-        "tool=\"crm\"",
-        "signal=\"Retry-After\"",
-        "asked_ms=3600000",
-        "max_pause_ms=300000",
-    ] {
-        assert!(line.contains(part), "{part} missing from {line}");
-    }
-    assert!(!line.contains("acme"), "{line}");
 }
 
 const PER_TENANT: &str = r#"
