@@ -12,7 +12,9 @@
 //! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`), `tenant`
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
-//! as in the `quotas_per_call` criterion group), `rejected` (`Engine::try_admit`
+//! as in the `quotas_per_call` criterion group), `concurrency` (`Engine::try_admit` of
+//! a tool under one concurrency limit, dropped: the general path with a part to
+//! release), `rejected` (`Engine::try_admit`
 //! refused by a spent bucket) and `governor_rejected` (governor's `check()` on a
 //! spent limiter, with the time to wait), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
 //! ready attempt, and admission plus completion by hand, on a resilient tool),
@@ -136,6 +138,10 @@ fn run(form: &str, n: u64) {
                 }
             });
         }
+        "concurrency" => {
+            let e = engine("[tools.t]\nconcurrency = 1000");
+            (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap()));
+        }
         "four" => {
             let e = engine(FOUR_QUOTAS);
             let call = Call::new("t").tokens(10);
@@ -162,6 +168,7 @@ fn main() {
             "by_name",
             "tenant",
             "four",
+            "concurrency",
             "rejected",
             "governor_rejected",
             "governor_keyed",

@@ -61,7 +61,14 @@ pub(crate) fn try_admit_tool(
     if live.shared.store.is_some() {
         return Err(needs_async(tool, call));
     }
-    match tool.try_admit(call, live.shared.now()) {
+    // The tool's fast path and then its general path, as `ToolRuntime::try_admit`,
+    // but with the fast path's permit made at once: it keeps nothing, so no
+    // `Admission` is built and moved (the hot path of every call by name).
+    let now = live.shared.now();
+    if tool.try_admit_fast(call, now) {
+        return Ok(Permit::immediate(Some(tool.clone()), now));
+    }
+    match tool.try_admit_general(call, now) {
         Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
         Err(d) if d.stale => {
             live.await_reload();

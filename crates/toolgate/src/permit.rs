@@ -1,6 +1,7 @@
 //! The RAII permit of an admitted call.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,20 +33,30 @@ use crate::vocab::{Completion, Priority};
 /// ```
 #[must_use = "a permit releases its quota when dropped"]
 pub struct Permit {
+    /// `None`: a tool without a policy, or a permit whose call has ended.
     tool: Option<Arc<ToolRuntime>>,
-    held: HeldParts,
     admitted_at: Nanos,
-    done: bool,
-    probe: bool,
     /// The call's tenant, by its key, on a tool with per-tenant upstream signals: a
     /// pause the upstream reports through this call is that tenant's alone.
     tenant: Option<std::num::NonZeroU64>,
+    probe: bool,
+    /// What only some calls keep. Taken out (`ManuallyDrop::into_inner`) and given
+    /// back only when it keeps something (see [`Kept::is_empty`]): a permit that
+    /// keeps nothing, every admission of the fast path, ends inline, and its drop
+    /// leaves nothing for the fields' own drop to do.
+    kept: ManuallyDrop<Kept>,
+}
+
+/// What only some permits keep: parts of quotas, a wait, a shared store's lease.
+#[derive(Default)]
+struct Kept {
+    held: HeldParts,
     /// What only calls that waited or went to a shared store keep, boxed so that the
     /// permit stays small: it is moved on every admission.
     extra: Option<Box<Extra>>,
 }
 
-/// What only some permits keep.
+/// What only calls that waited or went to a shared store keep.
 #[derive(Default)]
 struct Extra {
     /// Nanoseconds waited.
@@ -68,16 +79,17 @@ impl Permit {
         let waited = crate::clock::nanos(waited);
         Self {
             tool,
-            held,
             admitted_at,
-            done: false,
-            probe: false,
             tenant: None,
-            extra: (waited > 0).then(|| {
-                Box::new(Extra {
-                    waited,
-                    lease: None,
-                })
+            probe: false,
+            kept: ManuallyDrop::new(Kept {
+                held,
+                extra: (waited > 0).then(|| {
+                    Box::new(Extra {
+                        waited,
+                        lease: None,
+                    })
+                }),
             }),
         }
     }
@@ -93,13 +105,20 @@ impl Permit {
 
     /// A permit that keeps no part of any quota, for a call admitted at `at`
     /// without waiting.
+    #[inline(always)]
     pub(crate) fn immediate(tool: Option<Arc<ToolRuntime>>, at: Nanos) -> Self {
-        Self::new(tool, HeldParts::new(), at, Duration::ZERO)
+        Self {
+            tool,
+            admitted_at: at,
+            tenant: None,
+            probe: false,
+            kept: ManuallyDrop::default(),
+        }
     }
 
     /// Adds what a shared store keeps for the call; the call is now admitted.
     pub(crate) fn with_lease(mut self, lease: Box<dyn StoreLease>, p: Priority) -> Self {
-        let extra = self.extra.get_or_insert_with(Box::default);
+        let extra = self.kept.extra.get_or_insert_with(Box::default);
         extra.waited = extra
             .waited
             .saturating_add(crate::clock::nanos(lease.waited()));
@@ -139,17 +158,18 @@ impl Permit {
 
     /// How long the call waited for admission.
     pub fn waited(&self) -> Duration {
-        Duration::from_nanos(self.extra.as_ref().map_or(0, |e| e.waited))
+        Duration::from_nanos(self.kept.extra.as_ref().map_or(0, |e| e.waited))
     }
 
     /// Who decided the admission in a shared store ([`StoreLease::source`], such
     /// as `"redis"`), or `None` when this process decided alone: an engine without
     /// a store, or a tool without a policy.
     pub fn store_source(&self) -> Option<&'static str> {
-        self.extra.as_ref()?.lease.as_ref().map(|l| l.source())
+        self.kept.extra.as_ref()?.lease.as_ref().map(|l| l.source())
     }
 
     /// Ends the call: releases concurrency, reconciles tokens and records the outcome.
+    #[inline]
     pub fn complete(mut self, completion: Completion) {
         self.finish(Some(completion));
     }
@@ -174,18 +194,21 @@ impl Permit {
         self.give_back(false);
     }
 
+    /// What the permit keeps, taken out of it (it keeps nothing after).
+    fn take_kept(&mut self) -> Kept {
+        ManuallyDrop::into_inner(std::mem::take(&mut self.kept))
+    }
+
     fn give_back(&mut self, admitted: bool) {
-        if std::mem::replace(&mut self.done, true) {
-            return;
-        }
-        if let Some(lease) = self.extra.as_mut().and_then(|e| e.lease.take()) {
+        let mut kept = self.take_kept();
+        if let Some(lease) = kept.extra.as_mut().and_then(|e| e.lease.take()) {
             lease.cancel();
         }
-        let Some(tool) = &self.tool else {
+        let Some(tool) = self.tool.take() else {
             return;
         };
         let core = &tool.shared;
-        for h in std::mem::take(&mut self.held) {
+        for h in kept.held {
             let quota = h.quota(&tool.quotas);
             match quota.def.kind {
                 Kind::Concurrency(_) => h.cell(quota).lock().release(h.cost),
@@ -212,39 +235,60 @@ impl Permit {
         }
     }
 
+    /// Ends the call (`completion`: how, if known), once: inline when the permit
+    /// keeps nothing but its tool, as every admission of the fast path.
+    #[inline(always)]
     fn finish(&mut self, completion: Option<Completion>) {
-        if std::mem::replace(&mut self.done, true) {
-            return;
+        if !self.kept.is_empty() {
+            return self.finish_kept(completion);
         }
-        if let Some(lease) = self.extra.as_mut().and_then(|e| e.lease.take()) {
+        if let Some(tool) = self.tool.take() {
+            tool.end_call_for(completion, self.probe, self.tenant);
+        }
+    }
+
+    /// [`Permit::finish`] of a permit that keeps something.
+    #[inline(never)]
+    fn finish_kept(&mut self, completion: Option<Completion>) {
+        let mut kept = self.take_kept();
+        if let Some(lease) = kept.extra.as_mut().and_then(|e| e.lease.take()) {
             lease.complete(completion);
         }
-        let Some(tool) = &self.tool else {
+        let Some(tool) = self.tool.take() else {
             return;
         };
-        if !self.held.is_empty() {
-            let core = &tool.shared;
-            // By reference, then cleared: moving the parts out went through the
-            // stack, and reading them back stalled on store forwarding.
-            for h in &self.held {
-                let quota = h.quota(&tool.quotas);
-                match (quota.def.kind, quota.def.cost_of) {
-                    (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),
-                    (_, CostOf::Tokens) => {
-                        if let Some(actual) = completion.and_then(|c| c.tokens) {
-                            core.reconcile(quota, h, actual, None);
-                        }
+        let core = &tool.shared;
+        // By reference, then dropped with the rest: moving the parts out went
+        // through the stack, and reading them back stalled on store forwarding.
+        for h in &kept.held {
+            let quota = h.quota(&tool.quotas);
+            match (quota.def.kind, quota.def.cost_of) {
+                (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),
+                (_, CostOf::Tokens) => {
+                    if let Some(actual) = completion.and_then(|c| c.tokens) {
+                        core.reconcile(quota, h, actual, None);
                     }
-                    _ => {}
                 }
+                _ => {}
             }
-            self.held.clear();
         }
         tool.end_call_for(completion, self.probe, self.tenant);
     }
 }
 
+// === impl Kept ===
+
+impl Kept {
+    /// Whether there is nothing to give back, so that nothing needs dropping: no
+    /// part (and no room for parts on the heap), no wait, no lease.
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && !self.held.spilled() && self.extra.is_none()
+    }
+}
+
 impl Drop for Permit {
+    #[inline(always)]
     fn drop(&mut self) {
         self.finish(None);
     }
@@ -254,7 +298,7 @@ impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("tool", &self.tool())
-            .field("admitted_at", &self.admitted_at)
+            .field("admitted_at", &self.admitted_at())
             .field("waited", &self.waited())
             .finish_non_exhaustive()
     }
@@ -397,6 +441,63 @@ impl fmt::Debug for ScopedPermit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Call, Engine, Policy};
+
+    /// A tool on the fast path (a permit that keeps nothing) and one with a
+    /// concurrency limit (a permit that keeps a part).
+    fn engine() -> Engine {
+        Engine::new(
+            Policy::from_toml_str(
+                "[tools.fast]\nrate = \"1000/s\"\nburst = 1000\n\
+                 [tools.parts]\nconcurrency = 2",
+            )
+            .unwrap(),
+        )
+    }
+
+    fn in_flight(e: &Engine, tool: &str) -> u64 {
+        e.tool_state(tool, None).unwrap().in_flight
+    }
+
+    #[test]
+    fn a_permit_ends_its_call_once_whether_it_keeps_parts_or_nothing() {
+        let e = engine();
+        for tool in ["fast", "parts"] {
+            let call = Call::new(tool);
+            // Completed, then dropped (by `complete` itself): counted out once.
+            let (a, b) = (e.try_admit(&call).unwrap(), e.try_admit(&call).unwrap());
+            assert_eq!(in_flight(&e, tool), 2, "{tool}");
+            a.complete(Completion::success());
+            assert_eq!(in_flight(&e, tool), 1, "{tool}");
+            // Cancelled, and dropped.
+            b.cancel();
+            assert_eq!(in_flight(&e, tool), 0, "{tool}");
+            let c = e.try_admit(&call).unwrap();
+            drop(c);
+            assert_eq!(in_flight(&e, tool), 0, "{tool}");
+            // The parts came back every time: both slots are free again.
+            let both = [e.try_admit(&call), e.try_admit(&call)];
+            assert!(both.iter().all(Result::is_ok), "{tool}: {both:?}");
+            drop(both);
+            assert_eq!(in_flight(&e, tool), 0, "{tool}");
+        }
+    }
+
+    #[test]
+    fn a_permit_that_keeps_nothing_reads_like_one_that_keeps_parts() {
+        let e = engine();
+        for tool in ["fast", "parts"] {
+            let p = e.try_admit(&Call::new(tool)).unwrap();
+            assert_eq!(p.tool(), Some(tool));
+            assert_eq!(p.waited(), Duration::ZERO);
+            assert_eq!(p.store_source(), None);
+            assert!(!p.is_probe());
+            assert_eq!(p.kept.is_empty(), tool == "fast", "{tool}");
+        }
+        // A tool without a policy: admitted without accounting, nothing kept.
+        let p = e.try_admit(&Call::new("unlisted")).unwrap();
+        assert_eq!((p.tool(), p.kept.is_empty()), (None, true));
+    }
 
     #[test]
     fn a_permit_stays_small_enough_to_move_on_every_admission() {
