@@ -20,7 +20,7 @@ use crate::auth::Caller;
 use crate::connections::Connections;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::rescue::JsonErrorsLayer;
+use crate::rescue::{JsonErrors, JsonErrorsLayer};
 use crate::state::AppState;
 
 /// The dashboard page, served at `GET /`.
@@ -45,11 +45,19 @@ fn layers(state: &AppState) -> Layers {
 /// The path of the admission, `POST` only: most of a gateway's traffic.
 pub(crate) const ADMIT_PATH: &str = "/v1/admit";
 
-/// `POST` [`ADMIT_PATH`] alone, under the same layers as in [`router`]: the
-/// connections send that one request straight here (see `conn::service`), past the
-/// path router.
-pub(crate) fn admit_route(state: AppState) -> axum::routing::MethodRouter {
-    post(admit::admit).layer(layers(&state)).with_state(state)
+/// `POST` [`ADMIT_PATH`] alone: [`admit::AdmitService`] under the request timeout and
+/// JSON errors, as in [`router`]. The connections send that one request straight
+/// here (see `conn::service`), past the path router. The body limit's layer is not
+/// needed: it only tells axum's own extractors the limit, and the admission's
+/// (`JsonBody`) reads it from the state.
+pub(crate) type AdmitRoute = Timeout<JsonErrors<admit::AdmitService>>;
+
+/// See [`AdmitRoute`].
+pub(crate) fn admit_route(state: AppState) -> AdmitRoute {
+    tower::ServiceBuilder::new()
+        .layer(Timeout::layer(state.request_timeout()))
+        .layer(JsonErrorsLayer)
+        .service(admit::AdmitService(state))
 }
 
 /// The gateway's routes on `state`.
@@ -190,7 +198,7 @@ async fn method_not_allowed(req: Request) -> Response {
 /// inner service and boxes two futures on every request; this boxes none (the routes'
 /// futures are `Unpin`).
 #[derive(Debug, Clone)]
-struct Timeout<S> {
+pub(crate) struct Timeout<S> {
     inner: S,
     limit: Duration,
 }
@@ -241,7 +249,7 @@ where
 /// and can only time out once the request waits; unlike it, it builds the timer only
 /// then, so a request answered on its first poll (most of them) never touches the
 /// timer wheel or the clock. The limit runs from that first wait.
-struct TimeoutFuture<F> {
+pub(crate) struct TimeoutFuture<F> {
     inner: F,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     limit: Duration,

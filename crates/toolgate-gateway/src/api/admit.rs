@@ -1,12 +1,14 @@
 //! `POST /v1/admit`: admit a call now (or after waiting, in wait mode) and open a
 //! lease, or say why not.
 
+use std::convert::Infallible;
 use std::future::Future;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -45,6 +47,45 @@ struct Rejected<'a> {
     quota: &'a str,
     reason: &'static str,
     retry_after_ms: Option<u128>,
+}
+
+/// `POST /v1/admit` as a tower service: what axum's handler does for [`admit`]'s
+/// arguments (the caller from the request's head, then its JSON body; a rejection of
+/// either is its answer), without the router's route around it: no method router
+/// cloned and dropped, no boxed route, no `Content-Length` set after hyper would set
+/// it. The connections send that one request here (see `conn::service`), under the
+/// request timeout and JSON errors like every route (`app::admit_route`).
+#[derive(Debug, Clone)]
+pub(crate) struct AdmitService(pub(crate) AppState);
+
+/// The future of [`AdmitService`] (axum boxes a handler's future too).
+pub(crate) type AdmitFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl tower::Service<Request> for AdmitService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = AdmitFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> AdmitFuture {
+        let state = self.0.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let caller = match Caller::from_request_parts(&mut parts, &state).await {
+                Ok(caller) => caller,
+                Err(e) => return Ok(e.into_response()),
+            };
+            let body = match JsonBody::from_request(Request::from_parts(parts, body), &state).await
+            {
+                Ok(body) => body,
+                Err(e) => return Ok(e.into_response()),
+            };
+            Ok(admit(State(state), caller, body).await.into_response())
+        })
+    }
 }
 
 /// A call's declared cost.
@@ -157,8 +198,38 @@ fn admitted_body(lease: &Id, waited_ms: u128) -> Response {
     json_response(StatusCode::OK, Bytes::copy_from_slice(b.as_bytes()), 4)
 }
 
+/// The 429's body: `body` as serde writes it, byte for byte, with serde escaping
+/// only the two strings that may hold anything (the tool and the quota); the keys
+/// and the reason (a snake_case word) are written as they are. Serialising the
+/// struct escaped eight strings, two thousand instructions of a rejected request.
+fn rejected_body(body: &Rejected<'_>) -> Option<Vec<u8>> {
+    let mut b = Vec::with_capacity(112 + body.tool.len() + body.quota.len());
+    b.extend_from_slice(if body.admitted {
+        br#"{"admitted":true,"tool":"#
+    } else {
+        br#"{"admitted":false,"tool":"#
+    });
+    serde_json::to_writer(&mut b, body.tool).ok()?;
+    b.extend_from_slice(br#","quota":"#);
+    serde_json::to_writer(&mut b, body.quota).ok()?;
+    b.extend_from_slice(br#","reason":""#);
+    b.extend_from_slice(body.reason.as_bytes());
+    b.extend_from_slice(br#"","retry_after_ms":"#);
+    match body.retry_after_ms {
+        Some(ms) => {
+            let mut n = StackBuf::new();
+            n.push_u128(ms).then_some(())?;
+            b.extend_from_slice(n.as_bytes());
+        }
+        None => b.extend_from_slice(b"null"),
+    }
+    b.push(b'}');
+    Some(b)
+}
+
 /// A JSON answer of `status` with `body`, its header map sized for `headers` in all
-/// (Content-Type, set here, and the Content-Length axum adds included), so that
+/// (Content-Type, set here, and the Content-Length that axum's router adds on the
+/// routes it serves included; on `POST /v1/admit` hyper writes it instead), so that
 /// adding them never regrows it: built by hand rather than as `(status, Json(body))`,
 /// whose map grows on the way (it holds three quarters of its power-of-two table).
 fn json_response(status: StatusCode, body: impl Into<Body>, headers: usize) -> Response {
@@ -195,10 +266,10 @@ pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Respon
         retry_after_ms: r.retry_after().map(|d| d.as_nanos().div_ceil(1_000_000)),
     };
     // Content-Type, Retry-After, the two RateLimit headers and Content-Length.
-    let mut res = match serde_json::to_vec(&body) {
-        Ok(bytes) => json_response(StatusCode::TOO_MANY_REQUESTS, bytes, 5),
+    let mut res = match rejected_body(&body) {
+        Some(bytes) => json_response(StatusCode::TOO_MANY_REQUESTS, bytes, 5),
         // Never for this shape (strings and numbers); axum's answer if it were.
-        Err(_) => return (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response(),
+        None => return (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response(),
     };
     if let Some(d) = r.retry_after() {
         res.headers_mut()
@@ -209,4 +280,48 @@ pub fn rejected(state: &AppState, r: &Rejection, tenant: Option<&str>) -> Respon
         .headers
         .rejected(res.headers_mut(), state.engine(), r, tenant);
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rejected_body_is_what_serde_writes_for_any_tool_quota_reason_and_retry() {
+        let names = [
+            "t",
+            "",
+            "mcp:github/create_issue",
+            "quo\"te",
+            "back\\slash",
+            "ctl\n\t\r\u{1}\u{1f}",
+            "ünïcödé ✓",
+            "emoji 🦀",
+        ];
+        let retries = [None, Some(0), Some(1), Some(3_599_987), Some(u128::MAX)];
+        for reason in toolgate::Reason::ALL {
+            for tool in names {
+                for quota in names {
+                    for retry_after_ms in retries {
+                        for admitted in [false, true] {
+                            let body = Rejected {
+                                admitted,
+                                tool,
+                                quota,
+                                reason: reason.as_str(),
+                                retry_after_ms,
+                            };
+                            let ours = rejected_body(&body).expect("written");
+                            let serde = serde_json::to_vec(&body).expect("serialised");
+                            assert_eq!(
+                                String::from_utf8_lossy(&ours),
+                                String::from_utf8_lossy(&serde),
+                                "{tool:?} {quota:?} {reason:?} {retry_after_ms:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

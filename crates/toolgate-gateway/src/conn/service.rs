@@ -10,8 +10,9 @@ use std::task::{ready, Context, Poll};
 
 use axum::body::Body;
 use axum::http::{Method, Request, Response};
-use axum::routing::MethodRouter;
 use axum::Router;
+
+use crate::app::AdmitRoute;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 
@@ -39,12 +40,22 @@ pub(crate) struct TrackedBody<B> {
 }
 
 /// The router as a hyper service; `POST /v1/admit`, most of a gateway's traffic,
-/// goes straight to its handler under the same layers (see `app::admit_route`),
-/// past the path router's lookup, its extensions and its boxed route.
+/// goes straight to its service under the same timeout and JSON errors (see
+/// `app::admit_route`), past the path router's lookup, its extensions and its
+/// boxed route.
 #[derive(Debug, Clone)]
 pub(crate) struct RouterService {
     all: Router,
-    admit: MethodRouter,
+    admit: AdmitRoute,
+}
+
+/// The future of [`RouterService`]: the admission's, or the router's.
+// The router's future was this service's whole future before the admission's came
+// beside it; boxing it would add an allocation to every other request.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum RouterFuture {
+    Admit(<AdmitRoute as tower::Service<Request<Body>>>::Future),
+    All(axum::routing::future::RouteFuture<Infallible>),
 }
 
 // === impl Tracked ===
@@ -120,7 +131,7 @@ where
 // === impl RouterService ===
 
 impl RouterService {
-    pub(crate) fn new(all: Router, admit: MethodRouter) -> Self {
+    pub(crate) fn new(all: Router, admit: AdmitRoute) -> Self {
         Self { all, admit }
     }
 }
@@ -128,13 +139,42 @@ impl RouterService {
 impl hyper::service::Service<Request<Incoming>> for RouterService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = axum::routing::future::RouteFuture<Infallible>;
+    type Future = RouterFuture;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        // A router is always ready (as `axum::serve` relies on too).
+    fn call(&self, req: Request<Incoming>) -> RouterFuture {
+        // Both are always ready (as `axum::serve` relies on for the router), and
+        // cloning either is a reference count.
         if req.method() == Method::POST && req.uri().path() == crate::app::ADMIT_PATH {
-            return tower::Service::call(&mut self.admit.clone(), req.map(Body::new));
+            return RouterFuture::Admit(tower::Service::call(
+                &mut self.admit.clone(),
+                req.map(Body::new),
+            ));
         }
-        tower::Service::call(&mut self.all.clone(), req.map(Body::new))
+        RouterFuture::All(tower::Service::call(
+            &mut self.all.clone(),
+            req.map(Body::new),
+        ))
+    }
+}
+
+// === impl RouterFuture ===
+
+impl Future for RouterFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Self::Admit(f) => Pin::new(f).poll(cx),
+            Self::All(f) => Pin::new(f).poll(cx),
+        }
+    }
+}
+
+impl std::fmt::Debug for RouterFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Admit(_) => "RouterFuture::Admit",
+            Self::All(_) => "RouterFuture::All",
+        })
     }
 }
