@@ -26,38 +26,45 @@ use crate::state::AppState;
 /// The dashboard page, served at `GET /`.
 pub const DASHBOARD: &str = include_str!("dashboard.html");
 
+/// The stack of [`answer_layers`].
+type AnswerLayers = tower::ServiceBuilder<Stack<JsonErrorsLayer, Stack<TimeoutLayer, Identity>>>;
+
 /// The stack of [`layers`].
 type Layers = tower::ServiceBuilder<
-    Stack<JsonErrorsLayer, Stack<DefaultBodyLimit, Stack<TimeoutLayer, Identity>>>,
+    Stack<DefaultBodyLimit, Stack<JsonErrorsLayer, Stack<TimeoutLayer, Identity>>>,
 >;
 
-/// The layers every route but `/mcp` runs under: the request timeout (outermost),
-/// the body limit and JSON errors. One layer of the three, not three: axum boxes each
-/// `layer` around every route and clones that box on every request (an allocation and
-/// a boxed future per level), so they are stacked and applied once.
-fn layers(state: &AppState) -> Layers {
+/// What every route but `/mcp` answers under, the admission's route included: the
+/// request timeout (outermost) and JSON errors.
+fn answer_layers(state: &AppState) -> AnswerLayers {
     tower::ServiceBuilder::new()
         .layer(Timeout::layer(state.request_timeout()))
-        .layer(DefaultBodyLimit::max(state.body_limit()))
         .layer(JsonErrorsLayer)
+}
+
+/// The layers every route of the router runs under: [`answer_layers`], and inside
+/// them the body limit (which only tells axum's own extractors the limit, on the
+/// request: where it sits among the others does not matter). One layer of the
+/// three, not three: axum boxes each `layer` around every route and clones that box
+/// on every request (an allocation and a boxed future per level), so they are
+/// stacked and applied once.
+fn layers(state: &AppState) -> Layers {
+    answer_layers(state).layer(DefaultBodyLimit::max(state.body_limit()))
 }
 
 /// The path of the admission, `POST` only: most of a gateway's traffic.
 pub(crate) const ADMIT_PATH: &str = "/v1/admit";
 
-/// `POST` [`ADMIT_PATH`] alone: [`admit::AdmitService`] under the request timeout and
-/// JSON errors, as in [`router`]. The connections send that one request straight
-/// here (see `conn::service`), past the path router. The body limit's layer is not
-/// needed: it only tells axum's own extractors the limit, and the admission's
-/// (`JsonBody`) reads it from the state.
+/// `POST` [`ADMIT_PATH`] alone: [`admit::AdmitService`] under [`answer_layers`], as
+/// in [`router`]. The connections send that one request straight here (see
+/// `conn::service`), past the path router. The body limit's layer is not needed: it
+/// only tells axum's own extractors the limit, and the admission's (`JsonBody`)
+/// reads it from the state.
 pub(crate) type AdmitRoute = Timeout<JsonErrors<admit::AdmitService>>;
 
 /// See [`AdmitRoute`].
 pub(crate) fn admit_route(state: AppState) -> AdmitRoute {
-    tower::ServiceBuilder::new()
-        .layer(Timeout::layer(state.request_timeout()))
-        .layer(JsonErrorsLayer)
-        .service(admit::AdmitService(state))
+    answer_layers(&state).service(admit::AdmitService(state))
 }
 
 /// The gateway's routes on `state`.

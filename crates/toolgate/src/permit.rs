@@ -200,15 +200,15 @@ impl Permit {
     }
 
     fn give_back(&mut self, admitted: bool) {
-        let mut kept = self.take_kept();
-        if let Some(lease) = kept.extra.as_mut().and_then(|e| e.lease.take()) {
+        let Kept { held, extra } = self.take_kept();
+        if let Some(lease) = extra.and_then(|e| e.lease) {
             lease.cancel();
         }
         let Some(tool) = self.tool.take() else {
             return;
         };
         let core = &tool.shared;
-        for h in kept.held {
+        for h in held {
             let quota = h.quota(&tool.quotas);
             match quota.def.kind {
                 Kind::Concurrency(_) => h.cell(quota).lock().release(h.cost),
@@ -250,8 +250,8 @@ impl Permit {
     /// [`Permit::finish`] of a permit that keeps something.
     #[inline(never)]
     fn finish_kept(&mut self, completion: Option<Completion>) {
-        let mut kept = self.take_kept();
-        if let Some(lease) = kept.extra.as_mut().and_then(|e| e.lease.take()) {
+        let Kept { held, extra } = self.take_kept();
+        if let Some(lease) = extra.and_then(|e| e.lease) {
             lease.complete(completion);
         }
         let Some(tool) = self.tool.take() else {
@@ -260,7 +260,7 @@ impl Permit {
         let core = &tool.shared;
         // By reference, then dropped with the rest: moving the parts out went
         // through the stack, and reading them back stalled on store forwarding.
-        for h in &kept.held {
+        for h in &held {
             let quota = h.quota(&tool.quotas);
             match (quota.def.kind, quota.def.cost_of) {
                 (Kind::Concurrency(_), _) => h.cell(quota).lock().release(h.cost),

@@ -2,6 +2,7 @@
 //! answer), each marked in flight on the connection's [`Activity`] until its answer's
 //! body is dropped, which hyper does once the body is in its write buffer.
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -11,12 +12,11 @@ use std::task::{ready, Context, Poll};
 use axum::body::Body;
 use axum::http::{Method, Request, Response};
 use axum::Router;
-
-use crate::app::AdmitRoute;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::activity::{Activity, InFlight};
+use crate::app::AdmitRoute;
 
 /// A hyper service whose calls are marked in flight; see the module doc.
 #[derive(Debug, Clone)]
@@ -43,10 +43,14 @@ pub(crate) struct TrackedBody<B> {
 /// goes straight to its service under the same timeout and JSON errors (see
 /// `app::admit_route`), past the path router's lookup, its extensions and its
 /// boxed route.
+///
+/// One per connection (cloned from the listener's), so the admission's route is
+/// called in place: the calls of an HTTP/1 connection never overlap, and its
+/// future owns what it needs (the state, cloned once inside).
 #[derive(Debug, Clone)]
 pub(crate) struct RouterService {
     all: Router,
-    admit: AdmitRoute,
+    admit: RefCell<AdmitRoute>,
 }
 
 /// The future of [`RouterService`]: the admission's, or the router's.
@@ -132,7 +136,10 @@ where
 
 impl RouterService {
     pub(crate) fn new(all: Router, admit: AdmitRoute) -> Self {
-        Self { all, admit }
+        Self {
+            all,
+            admit: RefCell::new(admit),
+        }
     }
 }
 
@@ -142,11 +149,11 @@ impl hyper::service::Service<Request<Incoming>> for RouterService {
     type Future = RouterFuture;
 
     fn call(&self, req: Request<Incoming>) -> RouterFuture {
-        // Both are always ready (as `axum::serve` relies on for the router), and
-        // cloning either is a reference count.
+        // Both are always ready (as `axum::serve` relies on for the router); the
+        // router is called on a clone (a reference count), as axum does.
         if req.method() == Method::POST && req.uri().path() == crate::app::ADMIT_PATH {
             return RouterFuture::Admit(tower::Service::call(
-                &mut self.admit.clone(),
+                &mut *self.admit.borrow_mut(),
                 req.map(Body::new),
             ));
         }
