@@ -45,40 +45,86 @@ impl Waits {
 /// Admits `call` now or rejects it now: never waits (see
 /// [`crate::Engine::try_admit`]).
 pub(crate) fn try_admit(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
-    let compiled = live.compiled();
-    match compiled.tools.get(call.tool) {
-        Some(tool) => try_admit_tool(live, tool, call),
-        None => unknown(live, &compiled, call),
+    match live.tool(call.tool) {
+        Ok(tool) => try_admit_tool(live, tool, call),
+        Err(compiled) => unknown(live, &compiled, call),
+    }
+}
+
+/// A tool's runtime as an admission gets it: borrowed (a [`crate::ToolHandle`]'s,
+/// cloned for the permit only when the call is admitted) or owned (looked up by
+/// name: moved into the permit).
+pub(crate) trait ToolRef: Sized {
+    /// The runtime.
+    fn runtime(&self) -> &Arc<ToolRuntime>;
+    /// The runtime, for the permit to own.
+    fn into_owned(self) -> Arc<ToolRuntime>;
+}
+
+impl ToolRef for &Arc<ToolRuntime> {
+    #[inline(always)]
+    fn runtime(&self) -> &Arc<ToolRuntime> {
+        self
+    }
+
+    #[inline(always)]
+    fn into_owned(self) -> Arc<ToolRuntime> {
+        self.clone()
+    }
+}
+
+impl ToolRef for Arc<ToolRuntime> {
+    #[inline(always)]
+    fn runtime(&self) -> &Arc<ToolRuntime> {
+        self
+    }
+
+    #[inline(always)]
+    fn into_owned(self) -> Arc<ToolRuntime> {
+        self
     }
 }
 
 /// [`try_admit`] for a tool already looked up.
+#[inline]
 pub(crate) fn try_admit_tool(
     live: &Live,
-    tool: &Arc<ToolRuntime>,
+    tool: impl ToolRef,
     call: &Call<'_>,
 ) -> Result<Permit, Rejection> {
+    let t = tool.runtime();
     if live.shared.store.is_some() {
-        return Err(needs_async(tool, call));
+        return Err(needs_async(t, call));
     }
     // The tool's fast path and then its general path, as `ToolRuntime::try_admit`,
     // but with the fast path's permit made at once: it keeps nothing, so no
     // `Admission` is built and moved (the hot path of every call by name).
     let now = live.shared.now();
-    if tool.try_admit_fast(call, now) {
-        return Ok(Permit::immediate(Some(tool.clone()), now));
+    if t.try_admit_fast(call, now) {
+        return Ok(Permit::immediate(Some(tool.into_owned()), now));
     }
-    match tool.try_admit_general(call, now) {
-        Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
+    // A call decided while no gate has a say (a tenant's slot): its permit keeps
+    // nothing either, and is made without an `Admission`.
+    let general = match t.try_admit_quiet(call, now) {
+        Ok(Some(tenant)) => {
+            let mut permit = Permit::immediate(Some(tool.into_owned()), now);
+            permit.set_tenant(tenant);
+            return Ok(permit);
+        }
+        Ok(None) => t.try_admit_gated(call, now),
+        Err(d) => Err(d),
+    };
+    match general {
+        Ok(admission) => Ok(Permit::admitted(tool.into_owned(), admission)),
         Err(d) if d.stale => {
             live.await_reload();
             let call = Call {
-                tool: &tool.name,
+                tool: &t.name,
                 ..*call
             };
             try_admit(live, &call)
         }
-        Err(d) => Err(tool.refuse(d, call.tenant)),
+        Err(d) => Err(t.refuse(d, call.tenant)),
     }
 }
 
@@ -162,11 +208,8 @@ pub(crate) async fn admit(
 
 /// The runtime of the call's tool, or the answer for a tool without a policy.
 fn resolve(live: &Live, call: &Call<'_>) -> Result<Arc<ToolRuntime>, Result<Permit, Rejection>> {
-    let compiled = live.compiled();
-    match compiled.tools.get(call.tool) {
-        Some(t) => Ok(t.clone()),
-        None => Err(unknown(live, &compiled, call)),
-    }
+    live.tool(call.tool)
+        .map_err(|compiled| unknown(live, &compiled, call))
 }
 
 /// Asks the shared store for a call admitted here (`local`, waiting there if

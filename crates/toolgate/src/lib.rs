@@ -94,6 +94,7 @@ mod state;
 mod compiled;
 mod names;
 mod permit;
+mod recent;
 mod wait;
 
 // A tool as the engine runs it: its gates, its immediate admission, its end of a call.

@@ -15,9 +15,17 @@ use std::task::{Context, Poll, Waker};
 use crate::clock::Clock;
 use crate::compiled::Compiled;
 use crate::policy::Policy;
+use crate::recent;
 use crate::shared::Shared;
 use crate::store::QuotaStore;
 use crate::sync::{Mutex, MutexGuard, Swap, SwapGuard};
+use crate::tool::ToolRuntime;
+
+/// The next engine's id (see `Live::id`).
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// The state behind an engine: what its tools share, the policy in force, and the
 /// reloads that replace it.
@@ -30,6 +38,10 @@ pub(crate) struct Live {
     reloading: Mutex<Reloading>,
     /// Bumped by every reload, so that [`crate::ToolHandle`]s notice a new policy.
     generation: AtomicU64,
+    /// This engine's own number, never given to another in this process: what a
+    /// thread's recent lookups ([`crate::recent`]) tell engines apart by (an address
+    /// may be reused once an engine is dropped).
+    id: u64,
 }
 
 /// A reload under way, as async callers that must start over on its policy see it.
@@ -70,6 +82,7 @@ impl Live {
             reload: Mutex::new(()),
             reloading: Mutex::new(Reloading::default()),
             generation: AtomicU64::new(0),
+            id: next_id(),
         }
     }
 
@@ -83,6 +96,40 @@ impl Live {
     #[inline]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    /// The runtime of the tool named `name` in the policy in force, or that policy
+    /// (to answer for a tool it does not have). Found first among this thread's
+    /// recent lookups ([`crate::recent`]): one `Weak::upgrade` instead of a guarded
+    /// read of the policy and a clone.
+    #[inline(always)]
+    pub(crate) fn tool(&self, name: &str) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
+        let hash = crate::names::hash(name.as_bytes());
+        // The generation first: a tool found in the policy read after it is at least
+        // as new as that generation, so the entry never outlives its policy.
+        let generation = self.generation();
+        match recent::get(self.id, generation, hash, name) {
+            Some(tool) => Ok(tool),
+            None => self.look_up(hash, generation, name),
+        }
+    }
+
+    /// [`Live::tool`] in the policy in force, remembered for this thread.
+    #[inline(never)]
+    fn look_up(
+        &self,
+        hash: u64,
+        generation: u64,
+        name: &str,
+    ) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
+        let compiled = self.compiled();
+        match compiled.tools.get_hashed(hash, name) {
+            Some(tool) => {
+                recent::put(self.id, generation, hash, tool);
+                Ok(tool.clone())
+            }
+            None => Err(compiled),
+        }
     }
 
     /// Waits for the reload in progress, if any, to put its policy in force: a call

@@ -28,11 +28,11 @@ struct Entry<V> {
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// The name's hash: each 8-byte word (the last one padded with zeros) folded in by a
-/// rotate, an exclusive or and a multiplication, then the length, then a final mix
-/// so that the low bits (the slot) depend on every byte.
+/// The name's hash: each 8-byte word (the last one, shorter, read by [`tail_word`])
+/// folded in by a rotate, an exclusive or and a multiplication, then the length,
+/// then a final mix so that the low bits (the slot) depend on every byte.
 #[inline]
-fn hash(name: &[u8]) -> u64 {
+pub(crate) fn hash(name: &[u8]) -> u64 {
     let mut h = 0u64;
     let mut words = name.chunks_exact(8);
     for w in &mut words {
@@ -42,12 +42,56 @@ fn hash(name: &[u8]) -> u64 {
     }
     let tail = words.remainder();
     if !tail.is_empty() {
-        let mut b = [0u8; 8];
-        b[..tail.len()].copy_from_slice(tail);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+        h = (h.rotate_left(5) ^ tail_word(tail)).wrapping_mul(K);
     }
     h = (h ^ name.len() as u64).wrapping_mul(K);
     h ^ (h >> 32)
+}
+
+/// The last 1 to 7 bytes of a name as one word, read in at most two loads that
+/// together cover every byte (overlapping when they must), without the call to
+/// `memcpy` that a copy of a variable length makes.
+#[inline(always)]
+fn tail_word(tail: &[u8]) -> u64 {
+    let n = tail.len();
+    if n >= 4 {
+        let lo = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+        let hi = u32::from_le_bytes([tail[n - 4], tail[n - 3], tail[n - 2], tail[n - 1]]);
+        u64::from(lo) | (u64::from(hi) << 32)
+    } else {
+        u64::from(tail[0]) | (u64::from(tail[n / 2]) << 8) | (u64::from(tail[n - 1]) << 16)
+    }
+}
+
+/// Whether two names are the same bytes: up to 16 bytes in at most two loads of
+/// each, inline (a call to `memcmp` costs more than such a comparison), longer ones
+/// by `memcmp`.
+#[inline(always)]
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=7 => tail_word(a) == tail_word(b),
+        8..=16 => {
+            let word = |s: &[u8], i: usize| {
+                u64::from_le_bytes([
+                    s[i],
+                    s[i + 1],
+                    s[i + 2],
+                    s[i + 3],
+                    s[i + 4],
+                    s[i + 5],
+                    s[i + 6],
+                    s[i + 7],
+                ])
+            };
+            word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8)
+        }
+        _ => a == b,
+    }
 }
 
 // === impl NameMap ===
@@ -56,12 +100,17 @@ impl<V> NameMap<V> {
     /// The value named `name`.
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&V> {
-        let h = hash(name.as_bytes());
+        self.get_hashed(hash(name.as_bytes()), name)
+    }
+
+    /// The value named `name`, whose [`hash`] is `h`.
+    #[inline]
+    pub(crate) fn get_hashed(&self, h: u64, name: &str) -> Option<&V> {
         let mut i = h as usize & self.mask;
         loop {
             // Some slot is empty, so the probe ends.
             let e = self.slots.get(i)?.as_ref()?;
-            if e.hash == h && *e.name == *name {
+            if e.hash == h && same(e.name.as_bytes(), name.as_bytes()) {
                 return Some(&e.value);
             }
             i = (i + 1) & self.mask;
@@ -169,6 +218,25 @@ mod tests {
     }
 
     proptest! {
+        /// `same` says what `==` says, for names of every length up to 40 (the inline
+        /// loads of 1–16 bytes and `memcmp` beyond), and for a name against the same
+        /// name with one byte changed (the loads must cover every byte).
+        #[test]
+        fn same_is_equality(
+            a in prop::collection::vec(any::<u8>(), 0..40),
+            b in prop::collection::vec(any::<u8>(), 0..40),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            prop_assert_eq!(super::same(&a, &b), a == b);
+            prop_assert!(super::same(&a, &a.clone()));
+            if !a.is_empty() {
+                let mut c = a.clone();
+                c[at.index(a.len())] ^= flip;
+                prop_assert!(!super::same(&a, &c));
+            }
+        }
+
         /// Against the standard map: the same answer for every name put in and for
         /// names near them (a byte changed, cut or added: the same words, a
         /// different tail or length).

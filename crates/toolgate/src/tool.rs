@@ -145,21 +145,45 @@ impl ToolRuntime {
 
     /// [`ToolRuntime::try_admit`] once the fast path has been tried (or cannot
     /// apply): while no gate has a say, the fast bucket's word or the tenant's slot
-    /// ([`ToolRuntime::decide_quiet`]); else the gates, then every quota of the call.
+    /// ([`ToolRuntime::try_admit_quiet`]); else the gates, then every quota of the
+    /// call ([`ToolRuntime::try_admit_gated`]).
     pub(crate) fn try_admit_general(
         &self,
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Admission, Denial> {
-        if (self.fast.is_some() || self.has_tenant_slot()) && self.quiet(call, now) {
-            // `Ok(false)`: the general path decides.
-            if self.decide_quiet(call, now)? {
-                self.on_admit(Duration::ZERO, call);
-                let mut admission = Admission::immediate(now);
-                admission.tenant = self.upstream.tenant_key(call.tenant);
-                return Ok(admission);
-            }
+        if let Some(tenant) = self.try_admit_quiet(call, now)? {
+            let mut admission = Admission::immediate(now);
+            admission.tenant = tenant;
+            return Ok(admission);
         }
+        self.try_admit_gated(call, now)
+    }
+
+    /// A call decided while no gate has a say ([`ToolRuntime::decide_quiet`]):
+    /// `Some` when admitted keeping nothing (counted), with the tenant's key for the
+    /// permit ([`crate::upstream::Upstream::tenant_key`]); `None` when the gates and
+    /// the quotas must decide ([`ToolRuntime::try_admit_gated`]).
+    #[inline]
+    pub(crate) fn try_admit_quiet(
+        &self,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<Option<Option<u64>>, Denial> {
+        // `Ok(false)` from `decide_quiet`: the general path decides.
+        if (self.fast.is_some() || self.has_tenant_slot())
+            && self.quiet(call, now)
+            && self.decide_quiet(call, now)?
+        {
+            self.on_admit(Duration::ZERO, call);
+            return Ok(Some(self.upstream.tenant_key(call.tenant)));
+        }
+        Ok(None)
+    }
+
+    /// The deadline, the gates, then every quota of `call`: the general path of a
+    /// call that [`ToolRuntime::try_admit_quiet`] left undecided.
+    pub(crate) fn try_admit_gated(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
         if self.stats.latency.too_late(now, call.deadline_at()) {
             return Err(Rejection::past_deadline(self.name.clone()).into());
         }

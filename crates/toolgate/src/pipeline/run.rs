@@ -60,7 +60,7 @@ where
 
 impl<'r, 'k> Run<'r, 'k> {
     fn new(live: &'r Live, call: &'r Call<'r>, options: RunOptions<'k>) -> Self {
-        let tool = live.compiled().tools.get(call.tool).cloned();
+        let tool = live.tool(call.tool).ok();
         let settings = tool.as_ref().and_then(|t| t.retry.as_ref());
         // Retries only for idempotent tools or calls with a key.
         let retries =

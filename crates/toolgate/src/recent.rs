@@ -1,0 +1,182 @@
+//! The tools this thread looked up by name lately ([`get`], [`put`]): a call by name
+//! finds its tool here without reading the policy in force.
+//!
+//! Reading the policy in force is reload-safe but not free: `arc-swap`'s guard costs
+//! two locked instructions and about 65 others, and the tool's runtime is then cloned
+//! for the permit (a third locked instruction). A thread that calls the same tools
+//! again (a gateway's worker, an agent's loop) keeps here, per tool, the engine it
+//! belongs to, the policy generation it was looked up in and a *weak* reference to
+//! its runtime: a hit is the name's hash and compare, one load of the generation and
+//! one `Weak::upgrade` (the permit's own reference, one locked instruction).
+//!
+//! Why it is correct: an entry is used only while its engine's generation is the one
+//! it was looked up in, so it names the tool of the policy in force, as a read of the
+//! policy at that instant would (a reload that lands after the check marks the tool
+//! superseded, which every path of the admission already handles). The reference is
+//! weak, so the cache never keeps a retired policy's tools, a dropped engine or its
+//! store alive: an entry whose runtime is gone simply misses. Engines are told apart
+//! by an id that is never reused (`Live::id`), not by address.
+//!
+//! Written by hand because it is a thread-local, direct-mapped table of `Weak`s
+//! checked against a generation; no crate does that for less than the lookup it
+//! saves.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+
+use crate::tool::ToolRuntime;
+
+/// Entries per thread (a power of two): direct-mapped by the name's hash.
+const WAYS: usize = 16;
+
+/// One tool as a thread last looked it up.
+struct Entry {
+    /// The engine's id (`Live::id`).
+    live: u64,
+    /// The engine's policy generation the tool was looked up in.
+    generation: u64,
+    /// The hash of the tool's name ([`crate::names::hash`]).
+    hash: u64,
+    tool: Weak<ToolRuntime>,
+}
+
+thread_local! {
+    static RECENT: RefCell<[Option<Entry>; WAYS]> =
+        const { RefCell::new([const { None }; WAYS]) };
+}
+
+/// The runtime of the tool `name` (whose hash is `hash`) of engine `live` at policy
+/// generation `generation`, if this thread looked it up in that generation and the
+/// runtime is still alive.
+#[inline(always)]
+pub(crate) fn get(live: u64, generation: u64, hash: u64, name: &str) -> Option<Arc<ToolRuntime>> {
+    let tool = RECENT
+        .try_with(|r| {
+            let r = r.try_borrow().ok()?;
+            let e = r[hash as usize & (WAYS - 1)].as_ref()?;
+            if e.hash == hash && e.live == live && e.generation == generation {
+                e.tool.upgrade()
+            } else {
+                None
+            }
+        })
+        .ok()
+        .flatten()?;
+    // The name itself, read off the runtime now held (another name of the same
+    // 64-bit hash misses here).
+    crate::names::same(tool.name.as_bytes(), name.as_bytes()).then_some(tool)
+}
+
+/// Remembers `tool`, looked up by its name (whose hash is `hash`) in engine `live`
+/// at policy generation `generation`, in place of the entry it maps to.
+pub(crate) fn put(live: u64, generation: u64, hash: u64, tool: &Arc<ToolRuntime>) {
+    let entry = Entry {
+        live,
+        generation,
+        hash,
+        tool: Arc::downgrade(tool),
+    };
+    // During the thread's teardown, or re-entered (never, today): not remembered.
+    // The entry replaced is dropped once the borrow has ended.
+    let _replaced = RECENT.try_with(|r| {
+        r.try_borrow_mut()
+            .ok()
+            .and_then(|mut r| r[hash as usize & (WAYS - 1)].replace(entry))
+    });
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use crate::{Call, Engine, Policy};
+
+    fn engine(toml: &str) -> Engine {
+        Engine::new(Policy::from_toml_str(toml).expect("a valid policy"))
+    }
+
+    fn admitted(e: &Engine, tool: &str) -> bool {
+        e.try_admit(&Call::new(tool)).is_ok()
+    }
+
+    #[test]
+    fn a_reload_is_seen_by_the_next_call_of_a_thread_that_looked_the_tool_up() {
+        let e = engine("[tools.t]\nrate = \"1/h\"");
+        assert!(admitted(&e, "t"));
+        assert!(!admitted(&e, "t"), "remembered, and its bucket is spent");
+        e.apply(Policy::from_toml_str("[tools.t]\nconcurrency = 5").unwrap());
+        // The new policy's tool, not the remembered one (whose bucket stays spent).
+        assert!(admitted(&e, "t"));
+        // A tool the reload removed is unknown at once (allowed by default).
+        e.apply(
+            Policy::from_toml_str("unknown_tools = \"deny\"\n[tools.u]\nrate = \"1/h\"").unwrap(),
+        );
+        assert!(!admitted(&e, "t"));
+        assert!(admitted(&e, "u"));
+    }
+
+    #[test]
+    fn engines_on_one_thread_keep_their_own_tools() {
+        // Two engines, the same tool name (the same hash, so the same entry):
+        // alternating calls never take the other engine's bucket.
+        let a = engine("[tools.t]\nrate = \"1/h\"\nburst = 2");
+        let b = engine("[tools.t]\nrate = \"1/h\"\nburst = 3");
+        let mut got = (0, 0);
+        for _ in 0..5 {
+            got.0 += u32::from(admitted(&a, "t"));
+            got.1 += u32::from(admitted(&b, "t"));
+        }
+        assert_eq!(got, (2, 3));
+        // A new engine in place of a dropped one, perhaps at its address, starts
+        // with its own full bucket.
+        drop(a);
+        let c = engine("[tools.t]\nrate = \"1/h\"\nburst = 2");
+        assert!(admitted(&c, "t") && admitted(&c, "t") && !admitted(&c, "t"));
+    }
+
+    #[test]
+    fn nothing_is_kept_alive_by_a_thread_that_looked_it_up() {
+        let e = engine("[tools.t]\nrate = \"1/h\"\n[tools.u]\nrate = \"1/h\"");
+        let runtime = Arc::downgrade(e.live().compiled().tools.get("t").unwrap());
+        assert!(admitted(&e, "t"));
+        // A reload retires the runtime: no thread's entry keeps it.
+        e.apply(Policy::from_toml_str("[tools.t]\nrate = \"2/h\"").unwrap());
+        assert!(runtime.upgrade().is_none(), "the retired runtime was freed");
+        let runtime = Arc::downgrade(e.live().compiled().tools.get("t").unwrap());
+        // Looked up (and remembered) whatever the answer.
+        let _answer = e.try_admit(&Call::new("t"));
+        drop(_answer);
+        drop(e);
+        assert!(
+            runtime.upgrade().is_none(),
+            "a dropped engine's runtime was freed"
+        );
+    }
+
+    proptest! {
+        /// Calls by name over many tools (more than the entries, so names share
+        /// entries and evict each other) and two engines: each (engine, tool) is
+        /// admitted exactly its own burst, as if nothing were remembered.
+        #[test]
+        fn every_call_finds_its_own_tool(
+            calls in prop::collection::vec((0usize..2, 0usize..40), 0..400),
+        ) {
+            let toml = |k: usize| {
+                (0..40)
+                    .map(|i| format!("[tools.\"tool-{i}\"]\nrate = \"1/h\"\nburst = {}\n", 1 + (i + k) % 4))
+                    .collect::<String>()
+            };
+            let engines = [engine(&toml(0)), engine(&toml(1))];
+            let mut count = [[0u32; 40]; 2];
+            for (e, t) in calls {
+                let name = format!("tool-{t}");
+                let burst = 1 + (t + e) as u32 % 4;
+                let ok = admitted(&engines[e], &name);
+                prop_assert_eq!(ok, count[e][t] < burst, "engine {} tool {}", e, t);
+                count[e][t] += u32::from(ok);
+            }
+        }
+    }
+}
