@@ -279,17 +279,20 @@ impl Engine {
     /// assert_eq!((out.value, out.attempts()), ("found", 2));
     /// # }
     /// ```
-    pub async fn run<'k, T, E, F, Fut>(
-        &self,
-        call: &Call<'_>,
+    pub fn run<'a, 'k, T, E, F, Fut>(
+        &'a self,
+        call: &'a Call<'_>,
         options: RunOptions<'k>,
         attempt: F,
-    ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
+    ) -> impl Future<Output = Result<RunOutput<T>, ExecuteError<RunFailure<E>>>>
+           + use<'a, 'k, T, E, F, Fut>
     where
         F: FnMut(AttemptCtx<'k>) -> Fut,
         Fut: Future<Output = AttemptResult<T, E>>,
     {
-        crate::pipeline::run(&self.live, None, call, options, attempt).await
+        // The run's own future (nothing happens before it is polled): no layer
+        // of future of this method's own around it.
+        crate::pipeline::run(&self.live, None, call, options, attempt)
     }
 
     /// [`Engine::run`] for a call already admitted: its first attempt runs on
@@ -305,18 +308,19 @@ impl Engine {
     ///
     /// As [`Engine::run`] (never [`ExecuteError::Rejected`]: the first attempt is
     /// admitted already).
-    pub async fn run_admitted<'k, T, E, F, Fut>(
-        &self,
+    pub fn run_admitted<'a, 'k, T, E, F, Fut>(
+        &'a self,
         permit: Permit,
-        call: &Call<'_>,
+        call: &'a Call<'_>,
         options: RunOptions<'k>,
         attempt: F,
-    ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
+    ) -> impl Future<Output = Result<RunOutput<T>, ExecuteError<RunFailure<E>>>>
+           + use<'a, 'k, T, E, F, Fut>
     where
         F: FnMut(AttemptCtx<'k>) -> Fut,
         Fut: Future<Output = AttemptResult<T, E>>,
     {
-        crate::pipeline::run(&self.live, Some(permit), call, options, attempt).await
+        crate::pipeline::run(&self.live, Some(permit), call, options, attempt)
     }
 
     /// Puts a new policy in force. Quotas whose definition did not change keep their

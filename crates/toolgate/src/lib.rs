@@ -136,6 +136,7 @@ mod lanes;
 pub mod shaping;
 mod sync;
 mod vocab;
+mod words;
 
 #[cfg(doctest)]
 mod must_use;

@@ -104,7 +104,7 @@ impl Live {
     /// read of the policy and a clone.
     #[inline(always)]
     pub(crate) fn tool(&self, name: &str) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
-        let hash = crate::names::hash(name.as_bytes());
+        let hash = crate::words::hash(name.as_bytes());
         // The generation first: a tool found in the policy read after it is at least
         // as new as that generation, so the entry never outlives its policy.
         let generation = self.generation();

@@ -9,7 +9,10 @@
 //! multiply-rotate hash over the name's 8-byte words, and the name compared only when
 //! the stored hash matches. The keys are the policy's names, never a client's, so the
 //! longest probe is fixed when the policy is compiled: a client's name costs its
-//! length and at most that probe, however it is chosen.
+//! length and at most that probe, however it is chosen. The hash and the comparison
+//! are [`crate::words`]'.
+
+use crate::words::{hash, same};
 
 /// Values by name, fixed once built (see the module's documentation).
 #[derive(Debug)]
@@ -24,74 +27,6 @@ struct Entry<V> {
     hash: u64,
     name: Box<str>,
     value: V,
-}
-
-const K: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// The name's hash: each 8-byte word (the last one, shorter, read by [`tail_word`])
-/// folded in by a rotate, an exclusive or and a multiplication, then the length,
-/// then a final mix so that the low bits (the slot) depend on every byte.
-#[inline]
-pub(crate) fn hash(name: &[u8]) -> u64 {
-    let mut h = 0u64;
-    let mut words = name.chunks_exact(8);
-    for w in &mut words {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(w);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        h = (h.rotate_left(5) ^ tail_word(tail)).wrapping_mul(K);
-    }
-    h = (h ^ name.len() as u64).wrapping_mul(K);
-    h ^ (h >> 32)
-}
-
-/// The last 1 to 7 bytes of a name as one word, read in at most two loads that
-/// together cover every byte (overlapping when they must), without the call to
-/// `memcpy` that a copy of a variable length makes.
-#[inline(always)]
-fn tail_word(tail: &[u8]) -> u64 {
-    let n = tail.len();
-    if n >= 4 {
-        let lo = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let hi = u32::from_le_bytes([tail[n - 4], tail[n - 3], tail[n - 2], tail[n - 1]]);
-        u64::from(lo) | (u64::from(hi) << 32)
-    } else {
-        u64::from(tail[0]) | (u64::from(tail[n / 2]) << 8) | (u64::from(tail[n - 1]) << 16)
-    }
-}
-
-/// Whether two names are the same bytes: up to 16 bytes in at most two loads of
-/// each, inline (a call to `memcmp` costs more than such a comparison), longer ones
-/// by `memcmp`.
-#[inline(always)]
-pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    match n {
-        0 => true,
-        1..=7 => tail_word(a) == tail_word(b),
-        8..=16 => {
-            let word = |s: &[u8], i: usize| {
-                u64::from_le_bytes([
-                    s[i],
-                    s[i + 1],
-                    s[i + 2],
-                    s[i + 3],
-                    s[i + 4],
-                    s[i + 5],
-                    s[i + 6],
-                    s[i + 7],
-                ])
-            };
-            word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8)
-        }
-        _ => a == b,
-    }
 }
 
 // === impl NameMap ===
@@ -218,25 +153,6 @@ mod tests {
     }
 
     proptest! {
-        /// `same` says what `==` says, for names of every length up to 40 (the inline
-        /// loads of 1–16 bytes and `memcmp` beyond), and for a name against the same
-        /// name with one byte changed (the loads must cover every byte).
-        #[test]
-        fn same_is_equality(
-            a in prop::collection::vec(any::<u8>(), 0..40),
-            b in prop::collection::vec(any::<u8>(), 0..40),
-            at in any::<prop::sample::Index>(),
-            flip in 1u8..=255,
-        ) {
-            prop_assert_eq!(super::same(&a, &b), a == b);
-            prop_assert!(super::same(&a, &a.clone()));
-            if !a.is_empty() {
-                let mut c = a.clone();
-                c[at.index(a.len())] ^= flip;
-                prop_assert!(!super::same(&a, &c));
-            }
-        }
-
         /// Against the standard map: the same answer for every name put in and for
         /// names near them (a byte changed, cut or added: the same words, a
         /// different tail or length).

@@ -35,7 +35,7 @@ struct Entry {
     live: u64,
     /// The engine's policy generation the tool was looked up in.
     generation: u64,
-    /// The hash of the tool's name ([`crate::names::hash`]).
+    /// The hash of the tool's name ([`crate::words::hash`]).
     hash: u64,
     tool: Weak<ToolRuntime>,
 }
@@ -64,7 +64,7 @@ pub(crate) fn get(live: u64, generation: u64, hash: u64, name: &str) -> Option<A
         .flatten()?;
     // The name itself, read off the runtime now held (another name of the same
     // 64-bit hash misses here).
-    crate::names::same(tool.name.as_bytes(), name.as_bytes()).then_some(tool)
+    crate::words::same(tool.name.as_bytes(), name.as_bytes()).then_some(tool)
 }
 
 /// Remembers `tool`, looked up by its name (whose hash is `hash`) in engine `live`

@@ -164,7 +164,7 @@ impl ToolRuntime {
     /// `Some` when admitted keeping nothing (counted), with the tenant's key for the
     /// permit ([`crate::upstream::Upstream::tenant_key`]); `None` when the gates and
     /// the quotas must decide ([`ToolRuntime::try_admit_gated`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_admit_quiet(
         &self,
         call: &Call<'_>,

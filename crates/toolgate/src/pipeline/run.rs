@@ -41,19 +41,21 @@ struct Tally<E> {
 }
 
 /// Runs `call` through the pipeline (see [`crate::Engine::run`]); its first attempt
-/// runs on `first` when it was admitted already.
-pub(crate) async fn run<'k, T, E, F, Fut>(
-    live: &Live,
+/// runs on `first` when it was admitted already. The run's one future, which starts
+/// the run at its first poll: no layer of future between the caller's and the run's
+/// to build and move the arguments through.
+pub(crate) fn run<'r, 'k, T, E, F, Fut>(
+    live: &'r Live,
     first: Option<Permit>,
-    call: &Call<'_>,
+    call: &'r Call<'_>,
     options: RunOptions<'k>,
     attempt: F,
-) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
+) -> impl Future<Output = Result<RunOutput<T>, ExecuteError<RunFailure<E>>>> + use<'r, 'k, T, E, F, Fut>
 where
     F: FnMut(AttemptCtx<'k>) -> Fut,
     Fut: Future<Output = AttemptResult<T, E>>,
 {
-    Run::new(live, call, options).go(first, attempt).await
+    Run::go(live, call, options, first, attempt)
 }
 
 // === impl Run ===
@@ -103,7 +105,9 @@ impl<'r, 'k> Run<'r, 'k> {
     /// Every attempt, each admitted, run, completed and followed by a retry or the
     /// end of the call.
     async fn go<T, E, F, Fut>(
-        &self,
+        live: &'r Live,
+        call: &'r Call<'r>,
+        options: RunOptions<'k>,
         mut first: Option<Permit>,
         mut attempt: F,
     ) -> Result<RunOutput<T>, ExecuteError<RunFailure<E>>>
@@ -111,6 +115,8 @@ impl<'r, 'k> Run<'r, 'k> {
         F: FnMut(AttemptCtx<'k>) -> Fut,
         Fut: Future<Output = AttemptResult<T, E>>,
     {
+        // Started at the first poll, like any async function's body.
+        let this = Self::new(live, call, options);
         let mut tally = Tally {
             // Most calls take one attempt: room for it, without the growth policy's
             // first step (four records).
@@ -121,35 +127,35 @@ impl<'r, 'k> Run<'r, 'k> {
         loop {
             let number = u32::try_from(tally.history.len()).unwrap_or(u32::MAX - 1) + 1;
             // 1. Admission, never waiting past the deadline.
-            let permit = match self.admit(first.take(), number).await {
+            let permit = match this.admit(first.take(), number).await {
                 Ok(p) => p,
                 Err(r) if number == 1 => return Err(ExecuteError::Rejected(r)),
-                Err(r) => return Err(ExecuteError::Tool(self.not_admitted(r, number, tally))),
+                Err(r) => return Err(ExecuteError::Tool(this.not_admitted(r, number, tally))),
             };
             // 2. Execution under the remaining deadline.
-            let t0 = self.clock.now();
-            let ended = self.execute(attempt(self.ctx(number, t0, &permit))).await;
-            let measured = Duration::from_nanos(self.clock.now().saturating_sub(t0));
+            let t0 = this.clock.now();
+            let ended = this.execute(attempt(this.ctx(number, t0, &permit))).await;
+            let measured = Duration::from_nanos(this.clock.now().saturating_sub(t0));
             let Some(res) = ended else {
                 return Err(ExecuteError::Tool(
-                    self.cut(permit, number, measured, tally),
+                    this.cut(permit, number, measured, tally),
                 ));
             };
             // 3. Classification; 4. completion.
-            let (class, now, record) = self.complete(permit, &res, number, measured);
+            let (class, now, record) = this.complete(permit, &res, number, measured);
             if res.status.is_some() {
                 tally.last_status = res.status;
             }
             let (end, status) = (res.end, res.status);
-            let server_after = res.retry_after.map(|d| d.min(self.max_pause()));
+            let server_after = res.retry_after.map(|d| d.min(this.max_pause()));
             match res.result {
-                Ok(value) => return Ok(self.succeeded(value, (number, now), record, tally)),
+                Ok(value) => return Ok(this.succeeded(value, (number, now), record, tally)),
                 Err(e) => tally.last_error = Some(e),
             }
             // 5. Retry or stop.
-            let stop = self.retry_or_stop(class, (end, status), number, now, record, &mut tally);
+            let stop = this.retry_or_stop(class, (end, status), number, now, record, &mut tally);
             if let Err(reason) = stop.await {
-                let mut f = tally.fail(self.call.tool, reason);
+                let mut f = tally.fail(this.call.tool, reason);
                 if matches!(
                     reason,
                     StopReason::RetryAfterBeyondDeadline | StopReason::RetryAfterTooLong

@@ -73,9 +73,9 @@ impl<C> Tenant<C> {
     }
 
     /// Whether this is the slot of tenant `key`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn is(&self, key: &str) -> bool {
-        self.key_bytes() == key.as_bytes()
+        crate::words::same(self.key_bytes(), key.as_bytes())
     }
 
     #[inline]

@@ -87,3 +87,25 @@ fn a_waiting_retry_never_waits_past_the_deadline() {
     let r = f.rejection.expect("rejection");
     assert_eq!(r.reason(), Reason::MaxWaitExceeded);
 }
+
+#[test]
+fn a_run_starts_when_it_is_first_polled_not_when_it_is_made() {
+    // Nothing of the run happens before its first poll: made at 0 and polled at
+    // 600 ms, its 1 s deadline falls at 1.6 s, and no admission was taken before.
+    let (engine, clock) = engine(&policy(
+        "idempotent = true\nconcurrency = 1",
+        "deadline = \"1s\"",
+    ));
+    let (f, seen) = script(&clock, &[Step::Hang]);
+    let mut run = task::spawn(engine.run(&T, RunOptions::new(), f));
+    clock.advance(ms(600));
+    assert_eq!(engine.tool_state("t", None).unwrap().in_flight, 0);
+    assert!(run.poll().is_pending());
+    assert_eq!(seen.borrow()[0].2, 600_000_000, "the attempt started at 600 ms");
+    clock.advance(ms(999));
+    assert!(run.poll().is_pending(), "not cut at 1 s after it was made");
+    clock.advance(ms(1));
+    let f = failure(ready(run.poll()));
+    assert_eq!(f.reason, StopReason::DeadlineExceeded);
+    assert_eq!(f.attempts[0].latency, ms(1_000));
+}
