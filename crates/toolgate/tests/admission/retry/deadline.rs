@@ -101,7 +101,11 @@ fn a_run_starts_when_it_is_first_polled_not_when_it_is_made() {
     clock.advance(ms(600));
     assert_eq!(engine.tool_state("t", None).unwrap().in_flight, 0);
     assert!(run.poll().is_pending());
-    assert_eq!(seen.borrow()[0].2, 600_000_000, "the attempt started at 600 ms");
+    assert_eq!(
+        seen.borrow()[0].2,
+        600_000_000,
+        "the attempt started at 600 ms"
+    );
     clock.advance(ms(999));
     assert!(run.poll().is_pending(), "not cut at 1 s after it was made");
     clock.advance(ms(1));
