@@ -155,6 +155,63 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_reload_other_threads_see_is_seen_by_their_next_call() {
+        // Four threads call "t" by name in a loop (each filling its own table);
+        // the main thread removes "t" (unknown tools denied) and then raises a
+        // flag. A thread that has seen the flag has seen the reload: its next
+        // call must be refused as unknown, never admitted by a remembered tool.
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Barrier;
+
+        use crate::Reason;
+
+        let e = Arc::new(engine("[tools.t]\nrate = \"1000000000/s\""));
+        let reloaded = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(Barrier::new(5));
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (e, reloaded, started) = (e.clone(), reloaded.clone(), started.clone());
+                std::thread::spawn(move || {
+                    let mut admitted_before = 0u32;
+                    for i in 0.. {
+                        let seen = reloaded.load(Ordering::Acquire);
+                        match e.try_admit(&Call::new("t")) {
+                            Ok(_) => {
+                                assert!(!seen, "admitted after the reload was seen");
+                                admitted_before += 1;
+                            }
+                            Err(r) if seen => {
+                                assert_eq!(r.reason(), Reason::UnknownTool);
+                                return admitted_before;
+                            }
+                            Err(r) => assert_eq!(r.reason(), Reason::UnknownTool),
+                        }
+                        if i == 100 {
+                            started.wait();
+                        }
+                    }
+                    unreachable!()
+                })
+            })
+            .collect();
+        started.wait();
+        // The old runtime stays alive (a handle holds it), so a remembered entry
+        // would still upgrade: only the generation tells it is stale.
+        let old = e.tool("t");
+        e.apply(
+            Policy::from_toml_str("unknown_tools = \"deny\"\n[tools.u]\nrate = \"1/s\"").unwrap(),
+        );
+        reloaded.store(true, Ordering::Release);
+        for w in workers {
+            assert!(
+                w.join().unwrap() > 100,
+                "each thread admitted by its table first"
+            );
+        }
+        drop(old);
+    }
+
     proptest! {
         /// Calls by name over many tools (more than the entries, so names share
         /// entries and evict each other) and two engines: each (engine, tool) is
