@@ -57,17 +57,16 @@ pub struct QuotaState {
 /// The state of `tool` (of `tenant`'s partitions, when given), or `None` for a tool
 /// without a policy (see [`crate::Engine::tool_state`]).
 pub(crate) fn tool_state(live: &Live, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
-    let compiled = live.compiled();
-    let now = live.shared.clock.now();
-    compiled.tools.get(tool).map(|t| snapshot(t, tenant, now))
+    let t = live.tool(tool).ok()?;
+    Some(snapshot(&t, tenant, live.shared.clock.now()))
 }
 
 /// What quota `quota` of `tool` has left now (see [`crate::Engine::available`]).
 pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&str>) -> Option<u64> {
-    let compiled = live.compiled();
-    let q = compiled
-        .tools
-        .get(tool)?
+    // Found as a call by name finds it (the gateway asks after every admission,
+    // for its `RateLimit` headers).
+    let t = live.tool(tool).ok()?;
+    let q = t
         .quotas
         .iter()
         .find(|q| &*q.def.path == quota)?;
