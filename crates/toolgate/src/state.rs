@@ -66,10 +66,7 @@ pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&st
     // Found as a call by name finds it (the gateway asks after every admission,
     // for its `RateLimit` headers).
     let t = live.tool(tool).ok()?;
-    let q = t
-        .quotas
-        .iter()
-        .find(|q| &*q.def.path == quota)?;
+    let q = t.quotas.iter().find(|q| &*q.def.path == quota)?;
     let now = live.shared.clock.now();
     match (&q.slot, tenant) {
         (Slot::Single(cell), _) => {
