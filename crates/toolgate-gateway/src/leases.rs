@@ -3,7 +3,8 @@
 //!
 //! A lease id is 32 hex digits: a 64-bit sequence number and a 64-bit random tag, so
 //! ids are unique and cannot be guessed. The map is sharded to keep lock contention
-//! low under load. A reaper task expires leases every [`REAP_EVERY`]: a lease from
+//! low under load: each thread opens its leases in a shard of its own, whose index
+//! the sequence number carries. A reaper task expires leases every [`REAP_EVERY`]: a lease from
 //! `admit` is completed as `timeout` (releasing its concurrency, as the contract
 //! says); an unused part of a reservation is cancelled without an outcome, since it
 //! never ran, which gives back everything it charged.
@@ -11,10 +12,11 @@
 //! A lease opens on a place taken beforehand ([`Leases::places`], see [`counts`]), so
 //! that the caps on open leases are checked before admission.
 
+use std::cell::Cell;
 use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,6 +48,10 @@ pub struct Leases {
 /// before the newest in the fifo (a shorter `ttl_ms`) goes to `sorted`.
 #[derive(Debug, Default)]
 struct Shard {
+    /// The rank of the shard's last lease: a lease's sequence number is its rank
+    /// times [`SHARDS`] plus the shard's index, unique without a counter shared by
+    /// every thread.
+    last: u64,
     map: HashMap<u64, Entry, SeqHash>,
     fifo: VecDeque<(Instant, u64)>,
     sorted: BTreeSet<(Instant, u64)>,
@@ -59,7 +65,9 @@ struct Entry {
     /// The tool's key in the tenant's counts (a lease with a tenant only).
     tool: Option<Arc<str>>,
     expires: Instant,
-    reservation: Option<u64>,
+    /// The reservation it belongs to, by its whole id: releasing it takes the
+    /// random tag too, as completing a lease does.
+    reservation: Option<Id>,
 }
 
 /// The map's hasher. Its keys are sequence numbers the gateway hands out itself (never
@@ -174,6 +182,23 @@ impl Leases {
         &self.shards[(seq % SHARDS as u64) as usize]
     }
 
+    /// The shard this thread opens its leases in: one per thread, in turn, so that
+    /// the server's workers open leases in shards of their own and the shard's lock
+    /// and tables stay in their core's cache (a shard per sequence number sent
+    /// consecutive leases, and so every worker, through every shard's lock).
+    fn home() -> usize {
+        thread_local! {
+            static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+        }
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        HOME.with(|home| {
+            if home.get() == usize::MAX {
+                home.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            }
+            home.get()
+        })
+    }
+
     /// Takes `n` places for leases of `tenant`, to open them after admission.
     ///
     /// # Errors
@@ -190,18 +215,24 @@ impl Leases {
 
     /// Opens a lease on one of `places`.
     pub fn insert(&self, places: &mut Places<'_>, lease: NewLease<'_>) -> Id {
-        let id = self.new_id();
+        let tag = rand::random();
         let expires = Instant::now() + lease.ttl.min(MAX_LEASE_TTL);
         let (tenant, tool) = places.open(lease.tool);
         let entry = Entry {
-            tag: id.tag,
+            tag,
             permit: lease.permit,
             tenant,
             tool,
             expires,
-            reservation: lease.reservation.map(|r| r.seq),
+            reservation: lease.reservation,
         };
-        let mut shard = self.shard(id.seq).lock();
+        let home = Self::home();
+        let mut shard = self.shards[home].lock();
+        shard.last += 1;
+        let id = Id {
+            seq: shard.last * SHARDS as u64 + home as u64,
+            tag,
+        };
         if shard.fifo.back().is_none_or(|&(last, _)| last <= expires) {
             shard.fifo.push_back((expires, id.seq));
         } else {
@@ -243,8 +274,7 @@ impl Leases {
                 .map
                 .iter()
                 .filter(|(_, e)| {
-                    e.reservation == Some(id.seq)
-                        && (tenant.is_none() || e.tenant.as_deref() == tenant)
+                    e.reservation == Some(id) && (tenant.is_none() || e.tenant.as_deref() == tenant)
                 })
                 .map(|(k, _)| *k)
                 .collect();
@@ -289,7 +319,18 @@ impl Leases {
     pub fn drain(&self) -> usize {
         let mut n = 0;
         for shard in &self.shards {
-            let taken = std::mem::take(&mut *shard.lock());
+            // The shard keeps its last rank: a lease opened later never reuses an id.
+            let taken = {
+                let mut s = shard.lock();
+                let last = s.last;
+                std::mem::replace(
+                    &mut *s,
+                    Shard {
+                        last,
+                        ..Shard::default()
+                    },
+                )
+            };
             n += taken.map.len();
             for e in taken.map.into_values() {
                 drop(self.closed(e));
@@ -336,93 +377,4 @@ pub fn spawn_reaper(leases: Weak<Leases>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use toolgate::{Call, Engine, Policy};
-
-    const CAPS: Caps = Caps {
-        total: 10,
-        per_tenant: 10,
-    };
-
-    fn engine() -> Engine {
-        Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 1").expect("policy"))
-    }
-
-    #[test]
-    fn ids_round_trip_and_strangers_are_not_found() {
-        let e = engine();
-        let l = Leases::default();
-        let p = e.try_admit(&Call::new("t")).expect("admitted");
-        let mut places = l.places(Some("a"), 1, CAPS).expect("a place");
-        let id = l.insert(
-            &mut places,
-            NewLease {
-                permit: p,
-                tool: "t",
-                ttl: Duration::from_secs(60),
-                reservation: None,
-            },
-        );
-        let s = id.to_string();
-        assert_eq!(Id::parse(&s), Some(id));
-        let odd = Id {
-            seq: 0x0123_4567_89ab_cdef,
-            tag: 0xfedc_ba98_7654_3210,
-        };
-        assert_eq!(odd.to_string(), "0123456789abcdeffedcba9876543210");
-        assert!(l.take(&s, Some("b")).is_none(), "another tenant's lease");
-        assert!(l.take("0000000000000001ffffffffffffffff", None).is_none());
-        assert!(l.take(&s, Some("a")).is_some());
-        assert!(l.is_empty());
-    }
-
-    #[test]
-    fn an_expired_lease_releases_its_concurrency() {
-        let e = engine();
-        let l = Leases::default();
-        let p = e.try_admit(&Call::new("t")).expect("admitted");
-        let mut places = l.places(None, 1, CAPS).expect("a place");
-        l.insert(
-            &mut places,
-            NewLease {
-                permit: p,
-                tool: "t",
-                ttl: Duration::from_millis(10),
-                reservation: None,
-            },
-        );
-        assert!(e.try_admit(&Call::new("t")).is_err());
-        assert_eq!(l.expire(Instant::now()), 0);
-        assert_eq!(l.expire(Instant::now() + Duration::from_millis(11)), 1);
-        assert!(e.try_admit(&Call::new("t")).is_ok());
-    }
-
-    #[test]
-    fn a_shorter_ttl_after_a_longer_one_still_expires_on_time() {
-        let e = Engine::new(Policy::from_toml_str("[tools.t]\nconcurrency = 3").expect("policy"));
-        let l = Leases::default();
-        let open = |ttl_ms| {
-            let permit = e.try_admit(&Call::new("t")).expect("admitted");
-            let ttl = Duration::from_millis(ttl_ms);
-            let mut places = l.places(None, 1, CAPS).expect("a place");
-            l.insert(
-                &mut places,
-                NewLease {
-                    permit,
-                    tool: "t",
-                    ttl,
-                    reservation: None,
-                },
-            )
-        };
-        let long = open(60_000);
-        let _short = open(10);
-        let taken = open(10);
-        assert!(l.take(&taken.to_string(), None).is_some());
-        let t = Instant::now() + Duration::from_millis(20);
-        assert_eq!(l.expire(t), 1, "the short one, not the taken one");
-        assert_eq!(l.len(), 1);
-        assert!(l.take(&long.to_string(), None).is_some());
-    }
-}
+mod tests;

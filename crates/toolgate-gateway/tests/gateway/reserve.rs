@@ -158,3 +158,30 @@ async fn released_and_expired_parts_give_their_rate_and_tokens_back() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_is_released_only_by_its_whole_id() {
+    // Without auth there is no tenant to check: the id's random half is what keeps
+    // one client from releasing another's reservation by counting.
+    let s = start(PLAN).await;
+    let ok = s
+        .post(
+            "/v1/reserve",
+            json!({"calls": [{"tool": "slot", "count": 2}]}),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let id = ok.body["reservation"].as_str().expect("id").to_string();
+    let guessed = format!("{}{}", &id[..16], "0".repeat(16));
+    assert_ne!(guessed, id);
+    let wrong = s
+        .send(s.http.delete(s.url(&format!("/v1/reservations/{guessed}"))))
+        .await;
+    assert_eq!(wrong.status, 404, "{wrong:?}");
+    assert_eq!(s.tool("slot").in_flight, 2, "nothing released");
+    let rel = s
+        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
+        .await;
+    assert_eq!(rel.body["released"], 2, "{rel:?}");
+    assert_eq!(s.tool("slot").in_flight, 0);
+}
