@@ -146,8 +146,7 @@ mod tests {
         assert!(runtime.upgrade().is_none(), "the retired runtime was freed");
         let runtime = Arc::downgrade(e.live().compiled().tools.get("t").unwrap());
         // Looked up (and remembered) whatever the answer.
-        let _answer = e.try_admit(&Call::new("t"));
-        drop(_answer);
+        drop(e.try_admit(&Call::new("t")));
         drop(e);
         assert!(
             runtime.upgrade().is_none(),

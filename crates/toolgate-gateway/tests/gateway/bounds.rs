@@ -113,18 +113,14 @@ async fn over_long_lease_and_reservation_ids_are_400_and_unknown_ones_404() {
         .post(&format!("/v1/leases/{long}/complete"), json!({}))
         .await;
     assert!(message(&r).starts_with("lease: 257 bytes long"));
-    let r = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{long}"))))
-        .await;
+    let r = s.release(&long).await;
     assert!(message(&r).starts_with("reservation: 257 bytes long"));
     let unknown = "0".repeat(32);
     let r = s
         .post(&format!("/v1/leases/{unknown}/complete"), json!({}))
         .await;
     assert_eq!(r.status, 404, "{r:?}");
-    let r = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{unknown}"))))
-        .await;
+    let r = s.release(&unknown).await;
     assert_eq!(r.status, 404, "{r:?}");
 }
 

@@ -90,15 +90,11 @@ async fn unused_parts_are_returned_on_release_and_on_expiry() {
         )
         .await;
     assert_eq!(used.status, 204);
-    let rel = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
-        .await;
+    let rel = s.release(id).await;
     assert_eq!(rel.status, 200, "{rel:?}");
     assert_eq!(rel.body["released"], 1, "only the unused lease");
     assert_eq!(s.tool("slot").in_flight, 0);
-    let gone = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
-        .await;
+    let gone = s.release(id).await;
     assert_eq!(gone.status, 404);
 
     let short = s
@@ -133,9 +129,7 @@ async fn released_and_expired_parts_give_their_rate_and_tokens_back() {
         .await;
     assert_eq!(used.status, 204);
     let id = ok.body["reservation"].as_str().expect("id");
-    let rel = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
-        .await;
+    let rel = s.release(id).await;
     assert_eq!(rel.body["released"], 2);
     assert_eq!(
         s.tool("r").quotas[0].available,
@@ -174,14 +168,10 @@ async fn a_reservation_is_released_only_by_its_whole_id() {
     let id = ok.body["reservation"].as_str().expect("id").to_string();
     let guessed = format!("{}{}", &id[..16], "0".repeat(16));
     assert_ne!(guessed, id);
-    let wrong = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{guessed}"))))
-        .await;
+    let wrong = s.release(&guessed).await;
     assert_eq!(wrong.status, 404, "{wrong:?}");
     assert_eq!(s.tool("slot").in_flight, 2, "nothing released");
-    let rel = s
-        .send(s.http.delete(s.url(&format!("/v1/reservations/{id}"))))
-        .await;
+    let rel = s.release(&id).await;
     assert_eq!(rel.body["released"], 2, "{rel:?}");
     assert_eq!(s.tool("slot").in_flight, 0);
 }

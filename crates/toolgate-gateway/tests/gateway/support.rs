@@ -85,6 +85,15 @@ impl Server {
         self.send(self.http.get(self.url(path))).await
     }
 
+    /// `DELETE /v1/reservations/{id}`, without auth.
+    pub async fn release(&self, reservation: &str) -> Res {
+        self.send(
+            self.http
+                .delete(self.url(&format!("/v1/reservations/{reservation}"))),
+        )
+        .await
+    }
+
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Res {
         let res = req.send().await.expect("request");
         let status = res.status().as_u16();
