@@ -4,10 +4,10 @@
 //! A lease id is 32 hex digits: a 64-bit sequence number and a 64-bit random tag, so
 //! ids are unique and cannot be guessed. The map is sharded to keep lock contention
 //! low under load: each thread opens its leases in a shard of its own, whose index
-//! the sequence number carries. A reaper task expires leases every [`REAP_EVERY`]: a lease from
-//! `admit` is completed as `timeout` (releasing its concurrency, as the contract
-//! says); an unused part of a reservation is cancelled without an outcome, since it
-//! never ran, which gives back everything it charged.
+//! the sequence number carries. A reaper task expires leases every [`REAP_EVERY`]: a
+//! lease from `admit` is completed as `timeout` (releasing its concurrency, as the
+//! contract says); an unused part of a reservation is cancelled without an outcome,
+//! since it never ran, which gives back everything it charged.
 //!
 //! A lease opens on a place taken beforehand ([`Leases::places`], see [`counts`]), so
 //! that the caps on open leases are checked before admission.
@@ -38,6 +38,8 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub struct Leases {
     shards: [Mutex<Shard>; SHARDS],
+    /// The next reservation's sequence number ([`Leases::new_id`]; a lease's comes
+    /// from its shard).
     next: AtomicU64,
     counts: counts::Counts,
 }
@@ -170,7 +172,7 @@ impl Default for Leases {
 }
 
 impl Leases {
-    /// A fresh, unguessable id.
+    /// A fresh, unguessable id for a reservation (a lease takes its id from its shard).
     pub fn new_id(&self) -> Id {
         Id {
             seq: self.next.fetch_add(1, Ordering::Relaxed),
