@@ -96,9 +96,11 @@ pub(crate) fn try_admit_tool(
     if live.shared.store.is_some() {
         return Err(needs_async(t, call));
     }
-    // The tool's fast path and then its general path, as `ToolRuntime::try_admit`,
-    // but with the fast path's permit made at once: it keeps nothing, so no
-    // `Admission` is built and moved (the hot path of every call by name).
+    // The steps of `ToolRuntime::try_admit` (fast path, quiet path, gates), in the
+    // same order, but with the permit made here: one that keeps nothing is built
+    // without an `Admission` (the hot path of every call by name). One function for
+    // both measured worse on every path past the fast one (docs/benchmarks.md,
+    // round five): keep the two in step.
     let now = live.shared.now();
     if t.try_admit_fast(call, now) {
         return Ok(Permit::immediate(Some(tool.into_owned()), now));
