@@ -10,6 +10,10 @@
 //! to hyper) to the next byte, so a client that does not read its answers is cut off
 //! too; none while a request is in flight (an admit waiting its turn is never cut off
 //! here; `request_timeout` bounds it).
+//!
+//! hyper's connection is polled through a [`Rewake`], which polls it again in place
+//! when it wakes itself (as it does twice for every request with a body) instead of
+//! going through tokio's scheduler.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
@@ -23,6 +27,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::activity::{Activity, Timeouts};
 use super::io::ConnIo;
+use super::rewake::Rewake;
 use super::service::Tracked;
 
 /// How a connection ended.
@@ -70,13 +75,14 @@ where
         }
     });
     let mut deadline = Deadline::new(activity.deadline(timeouts));
+    let rewake = Rewake::new();
     let mut finishing = false;
     poll_fn(|cx| {
         if !finishing && stop.as_mut().poll(cx).is_ready() {
             conn.as_mut().graceful_shutdown();
             finishing = true;
         }
-        if let Poll::Ready(res) = conn.as_mut().poll(cx) {
+        if let Poll::Ready(res) = rewake.poll(cx, |cx| conn.as_mut().poll(cx)) {
             if let Err(e) = res {
                 tracing::debug!("connection ended: {e}");
             }

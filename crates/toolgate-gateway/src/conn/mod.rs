@@ -21,6 +21,7 @@ mod io;
 mod limits;
 mod listener;
 mod overflow;
+mod rewake;
 mod service;
 
 pub use fd_limit::{fit_to_fd_limit, FD_RESERVE};
