@@ -37,12 +37,20 @@ const SHARDS: usize = 16;
 /// Every open lease.
 #[derive(Debug)]
 pub struct Leases {
-    shards: [Mutex<Shard>; SHARDS],
+    shards: [Padded; SHARDS],
     /// The next reservation's sequence number ([`Leases::new_id`]; a lease's comes
     /// from its shard).
     next: AtomicU64,
     counts: counts::Counts,
 }
+
+/// A shard on cache lines of its own: shards are written by different threads (each
+/// worker opens its leases in its own), and two sharing a line would make every lease
+/// opened move that line between the cores (the shard's lock was most of the time
+/// `Leases::insert` took before).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
 
 /// Deadlines are indexed lazily: completing a lease only removes it from `map`, and
 /// the reaper skips index entries whose lease is gone. Leases mostly arrive in deadline
@@ -164,7 +172,7 @@ impl std::fmt::Display for Id {
 impl Default for Leases {
     fn default() -> Self {
         Self {
-            shards: std::array::from_fn(|_| Mutex::default()),
+            shards: std::array::from_fn(|_| Padded::default()),
             next: AtomicU64::new(1),
             counts: counts::Counts::default(),
         }
@@ -181,7 +189,7 @@ impl Leases {
     }
 
     fn shard(&self, seq: u64) -> &Mutex<Shard> {
-        &self.shards[(seq % SHARDS as u64) as usize]
+        &self.shards[(seq % SHARDS as u64) as usize].0
     }
 
     /// The shard this thread opens its leases in: one per thread, in turn, so that
@@ -229,7 +237,7 @@ impl Leases {
             reservation: lease.reservation,
         };
         let home = Self::home();
-        let mut shard = self.shards[home].lock();
+        let mut shard = self.shards[home].0.lock();
         shard.last += 1;
         let id = Id {
             seq: shard.last * SHARDS as u64 + home as u64,
@@ -270,7 +278,7 @@ impl Leases {
     pub fn release_reservation(&self, id: &str, tenant: Option<&str>) -> Option<usize> {
         let id = Id::parse(id)?;
         let mut released = Vec::new();
-        for shard in &self.shards {
+        for Padded(shard) in &self.shards {
             let mut s = shard.lock();
             let hits: Vec<u64> = s
                 .map
@@ -293,7 +301,7 @@ impl Leases {
     /// Expires every lease whose deadline is at or before `now`; returns how many.
     pub fn expire(&self, now: Instant) -> usize {
         let mut expired = Vec::new();
-        for shard in &self.shards {
+        for Padded(shard) in &self.shards {
             let s = &mut *shard.lock();
             while let Some(&(at, seq)) = s.fifo.front().filter(|(at, _)| *at <= now) {
                 s.fifo.pop_front();
@@ -320,7 +328,7 @@ impl Leases {
     /// Releases every lease (at shutdown).
     pub fn drain(&self) -> usize {
         let mut n = 0;
-        for shard in &self.shards {
+        for Padded(shard) in &self.shards {
             // The shard keeps its last rank: a lease opened later never reuses an id.
             let taken = {
                 let mut s = shard.lock();
@@ -343,7 +351,7 @@ impl Leases {
 
     /// Open leases.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().map.len()).sum()
+        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
     }
 
     /// Whether no lease is open.
