@@ -172,6 +172,12 @@ pub(crate) async fn admit(
     let result = loop {
         let now = live.shared.clock.now();
         let outcome = match tool.try_admit(call, now) {
+            // Without a store the permit takes the reference as it is: a clone and
+            // a drop would be two more writes to a count every thread admitting the
+            // tool writes.
+            Ok(admission) if live.shared.store.is_none() => {
+                return Ok(Permit::admitted(tool, admission));
+            }
             Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
             Err(denial) if !denial.stale && waits && denial.can_wait => {
                 match Waiting::join(tool.clone(), *call, denial) {

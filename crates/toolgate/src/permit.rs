@@ -156,6 +156,16 @@ impl Permit {
         self.admitted_at
     }
 
+    /// What the tool's quota `quota` (by its config path, e.g. `tools.search.rate`)
+    /// had left for `tenant` at the admission's time, read through the permit's own
+    /// reference to its tool: [`crate::Engine::available`] without the lookup by
+    /// name or another read of the clock (the gateway's `RateLimit` header after an
+    /// admission). `None` for a tool without a policy or without that quota, and
+    /// for a partitioned quota asked without a tenant.
+    pub fn available(&self, quota: &str, tenant: Option<&str>) -> Option<u64> {
+        crate::state::available_in(self.tool.as_deref()?, quota, tenant, self.admitted_at)
+    }
+
     /// How long the call waited for admission.
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.kept.extra.as_ref().map_or(0, |e| e.waited))

@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::clock::Nanos;
 use crate::live::Live;
 use crate::quota::{Cell, CostOf, Kind, Quota, Slot};
 use crate::tool::ToolRuntime;
@@ -63,17 +64,21 @@ pub(crate) fn tool_state(live: &Live, tool: &str, tenant: Option<&str>) -> Optio
 
 /// What quota `quota` of `tool` has left now (see [`crate::Engine::available`]).
 pub(crate) fn available(live: &Live, tool: &str, quota: &str, tenant: Option<&str>) -> Option<u64> {
-    // Found as a call by name finds it (the gateway asks after every admission,
-    // for its `RateLimit` headers).
+    // Found as a call by name finds it.
     let t = live.tool(tool).ok()?;
+    available_in(&t, quota, tenant, live.shared.clock.now())
+}
+
+/// What quota `quota` of `t` has left at `now` (see [`crate::Permit::available`]).
+pub(crate) fn available_in(
+    t: &ToolRuntime,
+    quota: &str,
+    tenant: Option<&str>,
+    now: Nanos,
+) -> Option<u64> {
     let q = t.quotas.iter().find(|q| &*q.def.path == quota)?;
-    let now = live.shared.clock.now();
     match (&q.slot, tenant) {
-        (Slot::Single(cell), _) => {
-            let mut g = cell.lock();
-            g.settle(&q.def, now);
-            Some(g.limiter.available(&q.def, now))
-        }
+        (Slot::Single(cell), _) => Some(cell.available(&q.def, now)),
         // An unseen tenant has a fresh, full partition.
         (Slot::Partitioned(p), Some(key)) => {
             Some(p.available(key, &q.def, now).unwrap_or(q.def.capacity()))

@@ -81,6 +81,14 @@ impl FastBucket {
         }
     }
 
+    /// The bucket's state read off the word, without taking it: `None` while the
+    /// state is under the lock (or the word is not in use).
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<Tat> {
+        let word = self.word.load(Ordering::Acquire);
+        (word != Self::LOCKED).then(|| self.form.to_tat(word))
+    }
+
     /// Puts the state `tat` back into the word (the lock is being let go), unless it
     /// has no one-word form.
     #[inline]

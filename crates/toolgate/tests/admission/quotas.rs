@@ -403,7 +403,7 @@ fn unused_parts_of_a_reservation_give_back_everything_they_charged() {
 /// fast path (and refuses off the bucket's word, or a tenant's slot), the other's
 /// calls carry a far deadline, which sends each of them through the gates and the
 /// kernel under the cell's lock. Every answer must be the same, `retry_after`
-/// included.
+/// included, and what is left the same read without the lock as under it.
 fn same_answers_with_and_without_the_general_path(toml: &str, tenants: &[&str]) {
     let (fast, fast_clock) = engine(toml);
     let (general, general_clock) = engine(toml);
@@ -427,6 +427,14 @@ fn same_answers_with_and_without_the_general_path(toml: &str, tenants: &[&str]) 
         let far = general_clock.now() + 1_000_000_000_000_000;
         let a = fast.try_admit(&call);
         let b = general.try_admit(&call.deadline(far));
+        // What is left, read off the word (or the tenant's slot) without the lock,
+        // through the permit, and under the lock (the state snapshot).
+        let left = fast.available("t", "tools.t.rate", Some(tenant));
+        let locked = quota_of(&fast, "t", Some(tenant), "tools.t.rate").available;
+        assert_eq!(left, locked, "call {i}");
+        if let Ok(p) = &a {
+            assert_eq!(p.available("tools.t.rate", Some(tenant)), left, "call {i}");
+        }
         match (a, b) {
             (Ok(_), Ok(_)) => {}
             (Err(a), Err(b)) => assert_eq!(

@@ -77,8 +77,21 @@ fn available_reads_one_quota_of_one_tool_for_one_tenant() {
         Some(4),
         "an unseen tenant is full"
     );
+    // The same figures through the permits, at their admission's time.
+    assert_eq!(_a.available("tools.t.rate", None), Some(1));
+    assert_eq!(_a.available("tools.t.concurrency", None), Some(2));
+    assert_eq!(_a.available("tools.t.tokens", None), None);
+    assert_eq!(_b.available("tools.p.rate", Some("acme")), Some(3));
+    assert_eq!(_b.available("tools.p.rate", None), None, "no tenant");
+    let unknown = engine.try_admit(&toolgate::Call::new("nope")).unwrap();
+    assert_eq!(unknown.available("tools.nope.rate", None), None);
     clock.advance(std::time::Duration::from_millis(500));
     assert_eq!(engine.available("t", "tools.t.rate", None), Some(2));
+    assert_eq!(
+        _a.available("tools.t.rate", None),
+        Some(1),
+        "as the admission left it"
+    );
 }
 
 #[test]
