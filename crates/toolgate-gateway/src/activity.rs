@@ -102,6 +102,21 @@ impl Activity {
         self.count(tool, |now, t| t.admitted(now, tenant, waited, p));
     }
 
+    /// Counts an admission of `tool` made at `at` (nanoseconds of the engine's clock,
+    /// [`toolgate::Permit::admitted_at`]: no second read of the clock).
+    pub fn admitted_at(
+        &self,
+        tool: &str,
+        tenant: Option<&str>,
+        waited: Duration,
+        p: Priority,
+        at: u64,
+    ) {
+        if let Some(t) = self.tools.load().get(tool) {
+            t.lock().admitted(at / 1_000_000_000, tenant, waited, p);
+        }
+    }
+
     /// Counts a rejection of a call of `tool`.
     pub fn rejected(&self, tool: &str, tenant: Option<&str>, reason: Reason) {
         self.count(tool, |now, t| t.rejected(now, tenant, reason));

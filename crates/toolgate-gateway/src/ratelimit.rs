@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use toolgate::config::Window;
-use toolgate::{Engine, Policy, Rejection};
+use toolgate::{Engine, Permit, Policy, Rejection};
 
 /// `RateLimit-Policy` of every tool with a request rate.
 #[derive(Debug, Default)]
@@ -32,6 +32,13 @@ struct Info {
     per_token: Duration,
     window: Duration,
     sliding: bool,
+}
+
+/// The figures of one tool's headers, read at a moment and written later.
+#[derive(Debug, Clone, Copy)]
+pub struct Figures<'a> {
+    info: Option<&'a Info>,
+    left: Option<u64>,
 }
 
 static POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -83,22 +90,20 @@ impl Headers {
         }
     }
 
-    /// Adds both headers for `tool` as it stands now (after an admission).
-    pub fn admitted(&self, h: &mut HeaderMap, engine: &Engine, tool: &str, tenant: Option<&str>) {
-        let Some(info) = self.by_tool.get(tool) else {
-            return;
-        };
-        // On a shared store the live figure is in the store: only the policy then.
-        let Some(left) = engine.available(tool, &info.path, tenant) else {
-            h.insert(POLICY.clone(), info.policy.clone());
-            return;
-        };
-        let t = if info.sliding {
-            ceil_secs(info.window)
-        } else {
-            ceil_secs(info.per_token * u32::try_from(info.q.saturating_sub(left)).unwrap_or(0))
-        };
-        info.put(h, left, t);
+    /// What the headers of an admission of `tool` say, read off its `permit` before
+    /// the permit goes into its lease ([`toolgate::Permit::available`]: no lookup by
+    /// name, no reference count moved on the tool).
+    pub fn admitted(&self, permit: &Permit, tool: &str, tenant: Option<&str>) -> Figures<'_> {
+        let info = self.by_tool.get(tool);
+        let left = info.and_then(|i| permit.available(&i.path, tenant));
+        Figures { info, left }
+    }
+
+    /// Both headers for `tool` as it stands now.
+    fn current(&self, h: &mut HeaderMap, engine: &Engine, tool: &str, tenant: Option<&str>) {
+        let info = self.by_tool.get(tool);
+        let left = info.and_then(|i| engine.available(tool, &i.path, tenant));
+        Figures { info, left }.put(h);
     }
 
     /// Adds the headers after a rejection.
@@ -114,9 +119,29 @@ impl Headers {
                 let t = r.retry_after().map_or(ceil_secs(info.window), ceil_secs);
                 info.put(h, 0, t);
             }
-            Some(_) => self.admitted(h, engine, r.tool(), tenant),
+            Some(_) => self.current(h, engine, r.tool(), tenant),
             None => {}
         }
+    }
+}
+
+impl Figures<'_> {
+    /// Adds both headers (only `RateLimit-Policy` when there is no live figure: a
+    /// partitioned quota asked without a tenant); nothing for a tool without a rate.
+    pub fn put(self, h: &mut HeaderMap) {
+        let Some(info) = self.info else {
+            return;
+        };
+        let Some(left) = self.left else {
+            h.insert(POLICY.clone(), info.policy.clone());
+            return;
+        };
+        let t = if info.sliding {
+            ceil_secs(info.window)
+        } else {
+            ceil_secs(info.per_token * u32::try_from(info.q.saturating_sub(left)).unwrap_or(0))
+        };
+        info.put(h, left, t);
     }
 }
 
@@ -236,9 +261,9 @@ mod tests {
         let policy = Policy::from_toml_str("[tools.t]\nrate = \"2/s\"\nburst = 4").expect("policy");
         let engine = Engine::new(policy.clone());
         let headers = Headers::new(&policy);
-        let _p = engine.try_admit(&Call::new("t")).expect("admitted");
+        let p = engine.try_admit(&Call::new("t")).expect("admitted");
         let mut h = HeaderMap::new();
-        headers.admitted(&mut h, &engine, "t", None);
+        headers.admitted(&p, "t", None).put(&mut h);
         assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
         assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
         let mut b = StackBuf::new();

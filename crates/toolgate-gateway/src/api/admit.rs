@@ -142,8 +142,13 @@ pub async fn admit(
     match decision {
         Ok(permit) => {
             let waited = permit.waited();
-            activity.admitted(&req.tool, tenant.as_deref(), waited, priority);
+            let at = permit.admitted_at();
+            activity.admitted_at(&req.tool, tenant.as_deref(), waited, priority, at);
             let live = state.live();
+            let figures = live
+                .settings
+                .ratelimit_remaining
+                .then(|| live.headers.admitted(&permit, &req.tool, tenant.as_deref()));
             let waited_ms = waited.as_millis();
             let lease = state.leases().insert(
                 &mut places,
@@ -155,12 +160,9 @@ pub async fn admit(
                 },
             );
             let mut res = admitted_body(&lease, waited_ms);
-            let (h, engine) = (res.headers_mut(), state.engine());
-            if live.settings.ratelimit_remaining {
-                live.headers
-                    .admitted(h, engine, &req.tool, tenant.as_deref());
-            } else {
-                live.headers.policy(h, &req.tool);
+            match figures {
+                Some(f) => f.put(res.headers_mut()),
+                None => live.headers.policy(res.headers_mut(), &req.tool),
             }
             Ok(res)
         }
