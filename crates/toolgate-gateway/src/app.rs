@@ -247,6 +247,7 @@ where
         TimeoutFuture {
             inner: self.inner.call(req),
             sleep: None,
+            waited: false,
             limit: self.limit,
         }
     }
@@ -254,11 +255,19 @@ where
 
 /// The future of [`Timeout`]. Like `tokio::time::timeout` it polls the request first
 /// and can only time out once the request waits; unlike it, it builds the timer only
-/// then, so a request answered on its first poll (most of them) never touches the
-/// timer wheel or the clock. The limit runs from that first wait.
+/// then, so a request answered without waiting never touches the timer wheel (a lock
+/// every worker thread shares) or the clock.
+///
+/// A request with a body always waits once: hyper reads the body only after the
+/// service asks for it, so the first poll asks and returns pending, and the next one,
+/// made at once (the connection's driver polls again in place when it wakes itself),
+/// gets it. So the first wait only asks to be polled again; the timer starts at the
+/// second, a moment later, and the limit runs from there.
 pub(crate) struct TimeoutFuture<F> {
     inner: F,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the request has waited once already.
+    waited: bool,
     limit: Duration,
 }
 
@@ -279,6 +288,11 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Poll::Ready(res) = Pin::new(&mut self.inner).poll(cx) {
             return Poll::Ready(res);
+        }
+        if !self.waited {
+            self.waited = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         let limit = self.limit;
         let sleep = self

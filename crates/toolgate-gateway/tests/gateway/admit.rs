@@ -300,3 +300,67 @@ async fn a_tool_max_wait_beyond_the_request_timeout_is_refused_at_once() {
     refused_at_once(&r, t);
     assert_eq!(s.tool("slow").waiting, 0);
 }
+
+/// The request timeout bounds a request whose body never comes in full (its timer
+/// starts at the request's second wait, the first being hyper's ask for the body).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_arrives_in_full_is_answered_by_the_request_timeout() {
+    let s = start(SHORT_REQUESTS).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = TcpStream::connect(&addr).await.expect("connect");
+    let t = Instant::now();
+    c.write_all(b"POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-length: 40\r\n\r\n{\"tool\":")
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") || !answer.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+            .await
+            .expect("answered within 10 s")
+            .expect("read");
+        assert!(
+            n > 0,
+            "closed without an answer: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let waited = t.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains(r#""code":"timeout""#), "{text}");
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(s.tool("slot").admitted, 0, "nothing was admitted");
+}
+
+/// A body sent in two pieces, the second after a pause within the request timeout,
+/// is read and decided as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_in_two_pieces_within_the_request_timeout_is_admitted() {
+    let s = start(SHORT_REQUESTS).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = TcpStream::connect(&addr).await.expect("connect");
+    let body = r#"{"tool":"slot"}"#;
+    c.write_all(
+        format!(
+            "POST /v1/admit HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{}",
+            body.len(),
+            &body[..8]
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("write");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(&body.as_bytes()[8..]).await.expect("write");
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut buf))
+        .await
+        .expect("answered within 10 s")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert_eq!(s.tool("slot").admitted, 1);
+}
