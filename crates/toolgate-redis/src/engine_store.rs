@@ -348,12 +348,15 @@ impl StoreLease for Lease {
         match completion {
             // Releasing leases and reconciling tokens is a round trip: it runs in the
             // background (bounded by the store's timeout; leases expire otherwise).
+            // A call under request rates only has nothing to give back: no task.
             Some(c) => {
-                handle.spawn(async move {
-                    if let Err(e) = permit.complete(c).await {
-                        tracing::warn!(error = %e, "redis permit not completed; its leases expire");
-                    }
-                });
+                if let Err((permit, c)) = permit.complete_here(c) {
+                    handle.spawn(async move {
+                        if let Err(e) = permit.complete(c).await {
+                            tracing::warn!(error = %e, "redis permit not completed; its leases expire");
+                        }
+                    });
+                }
             }
             // Dropping releases the leases in the background.
             None => drop(permit),

@@ -143,6 +143,32 @@ impl RedisPermit {
         }
     }
 
+    /// Ends the call here when that takes no round trip (no concurrency lease to
+    /// release, no token difference to charge or refund: a call under request rates
+    /// only); otherwise hands it back for [`RedisPermit::complete`].
+    pub(crate) fn complete_here(
+        mut self,
+        completion: Completion,
+    ) -> Result<(), (Self, Completion)> {
+        let round_trip = match &self.held {
+            Held::Remote { leases, tokens, .. } => {
+                !leases.is_empty()
+                    || completion
+                        .tokens
+                        .is_some_and(|actual| tokens.iter().any(|t| t.differs(actual)))
+            }
+            Held::Local(_) | Held::Granted | Held::Unaccounted => false,
+        };
+        if round_trip {
+            return Err((self, completion));
+        }
+        self.done = true;
+        if let Held::Local(p) = std::mem::replace(&mut self.held, Held::Unaccounted) {
+            p.complete(completion);
+        }
+        Ok(())
+    }
+
     /// Ends the call: releases its concurrency leases and charges or refunds the
     /// difference between its token estimate and `completion.tokens` (a refund never
     /// lifts a bucket above its capacity). One round trip, bounded by the store's
@@ -209,6 +235,12 @@ impl RedisPermit {
 // === impl TokenHold ===
 
 impl TokenHold {
+    /// Whether `actual` tokens differ from the estimate charged (what
+    /// [`TokenHold::reconcile`] sends an operation for).
+    fn differs(&self, actual: u64) -> bool {
+        actual != self.estimate
+    }
+
     /// What settles the estimate against the `actual` count: a charge of the tokens
     /// used beyond it, or a refund of those not used; `None` when they are equal.
     fn reconcile(&self, actual: u64) -> Option<Op> {
