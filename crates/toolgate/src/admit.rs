@@ -181,7 +181,11 @@ pub(crate) async fn admit(
             Ok(admission) => Ok(Permit::admitted(tool.clone(), admission)),
             Err(denial) if !denial.stale && waits && denial.can_wait => {
                 match Waiting::join(tool.clone(), *call, denial) {
-                    Ok(waiting) => waiting.run().await,
+                    // Boxed: the wait's state is most of this future's size, and
+                    // every admission's future carries it (the gateway boxes the
+                    // whole request's future; below about a kilobyte an
+                    // allocation comes from the thread's cache).
+                    Ok(waiting) => Box::pin(waiting.run()).await,
                     Err(denial) => Err(denial),
                 }
             }
@@ -205,7 +209,8 @@ pub(crate) async fn admit(
         }
     };
     let result = match (result, &live.shared.store) {
-        (Ok(local), Some(_)) => in_store(live, &tool, call, waits, local).await,
+        // Boxed for the same reason (a store's admission is a round trip anyway).
+        (Ok(local), Some(_)) => Box::pin(in_store(live, &tool, call, waits, local)).await,
         (result, _) => result,
     };
     if let Err(r) = &result {
