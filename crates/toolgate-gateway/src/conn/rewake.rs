@@ -185,6 +185,81 @@ mod tests {
         );
     }
 
+    /// A wake from another thread is never lost, whenever it lands: during a poll
+    /// (the poller polls again), between the poll and the state going idle, or
+    /// after (the task is woken). Each round, the other thread sets the flag the
+    /// future waits for and wakes it; the poller polls through the `Rewake` and,
+    /// when pending, blocks until its task is woken. A lost wake hangs the round
+    /// (a timeout fails it).
+    #[test]
+    fn a_wake_from_another_thread_is_never_lost() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{Condvar, Mutex as StdMutex};
+        use std::time::Duration;
+
+        /// The task: woken is a flag under a lock, with a condition to wait on.
+        struct Task(StdMutex<bool>, Condvar);
+        impl Wake for Task {
+            fn wake(self: Arc<Self>) {
+                *self.0.lock().expect("lock") = true;
+                self.1.notify_all();
+            }
+        }
+
+        let rewake = Rewake::new();
+        let task = Arc::new(Task(StdMutex::new(false), Condvar::new()));
+        let waker = Waker::from(task.clone());
+        for round in 0..2_000u32 {
+            let ready = Arc::new(AtomicBool::new(false));
+            let kept: Arc<StdMutex<Option<Waker>>> = Arc::default();
+            let (r, k) = (ready.clone(), kept.clone());
+            let waking = std::thread::spawn(move || {
+                // Once the poller has published its waker, after a pause that lands
+                // the wake at a different moment of its loop each round.
+                let w = loop {
+                    if let Some(w) = k.lock().expect("lock").clone() {
+                        break w;
+                    }
+                    std::thread::yield_now();
+                };
+                for _ in 0..(round % 7) * 60 {
+                    std::hint::spin_loop();
+                }
+                r.store(true, Ordering::SeqCst);
+                w.wake();
+            });
+            loop {
+                *task.0.lock().expect("lock") = false;
+                let polled = rewake.poll(&mut Context::from_waker(&waker), |cx| {
+                    let is_ready = ready.load(Ordering::SeqCst);
+                    *kept.lock().expect("lock") = Some(cx.waker().clone());
+                    // Still in the poll for a while: wakes land here too.
+                    for _ in 0..(round % 5) * 100 {
+                        std::hint::spin_loop();
+                    }
+                    if is_ready {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                });
+                if polled.is_ready() {
+                    break;
+                }
+                let woken = task.0.lock().expect("lock");
+                let (woken, timeout) = task
+                    .1
+                    .wait_timeout_while(woken, Duration::from_secs(10), |w| !*w)
+                    .expect("lock");
+                assert!(
+                    !timeout.timed_out() || *woken,
+                    "round {round}: a wake was lost"
+                );
+            }
+            waking.join().expect("the waking thread");
+        }
+    }
+
     #[test]
     fn the_wake_goes_to_the_latest_task_waker() {
         let (first, w1) = task();

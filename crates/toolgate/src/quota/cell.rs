@@ -124,20 +124,6 @@ impl Cell {
     pub(crate) fn order(&self) -> u64 {
         self.id
     }
-
-    /// Capacity of `def` available at `now`.
-    pub(crate) fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
-        // A bucket in its one-word form is read off the word: no lock, and no
-        // `LOCKED` word sending the fast path of other threads to the lock meanwhile
-        // (the gateway asks after every admission). The word is the whole state
-        // then: nothing is pending on the cell, and a bucket needs no settling.
-        if let Some(tat) = self.fast().and_then(FastBucket::peek) {
-            return Limiter::<Cell>::Bucket(tat).available(def, now);
-        }
-        let mut g = self.lock();
-        g.settle(def, now);
-        g.limiter.available(def, now)
-    }
 }
 
 impl Instance for Cell {
@@ -152,7 +138,9 @@ impl Instance for Cell {
     }
 
     fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
-        Cell::available(self, def, now)
+        let mut g = self.lock();
+        g.settle(def, now);
+        g.limiter.available(def, now)
     }
 
     fn of_bucket(tat: Tat) -> Self {

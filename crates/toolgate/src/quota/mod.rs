@@ -43,6 +43,6 @@ pub(crate) use cell::{Cell, CellGuard, CellState, Fit};
 pub(crate) use def::{Kind, QuotaDef};
 pub(crate) use fast::FastBucket;
 pub(crate) use limiter::Limiter;
-pub(crate) use partitions::{Inline, NoPartition};
+pub(crate) use partitions::{Inline, Instance, NoPartition};
 pub(crate) use slot::{Quota, Slot};
 pub(crate) use waiters::ConcWaiter;
