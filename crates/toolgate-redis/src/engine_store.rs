@@ -344,13 +344,13 @@ impl StoreLease for Lease {
     }
 
     fn complete(self: Box<Self>, completion: Option<Completion>) {
-        let Self { permit, handle } = *self;
+        let Self { mut permit, handle } = *self;
         match completion {
             // Releasing leases and reconciling tokens is a round trip: it runs in the
             // background (bounded by the store's timeout; leases expire otherwise).
             // A call under request rates only has nothing to give back: no task.
             Some(c) => {
-                if let Err((permit, c)) = permit.complete_here(c) {
+                if let Some(c) = permit.complete_here(c) {
                     handle.spawn(async move {
                         if let Err(e) = permit.complete(c).await {
                             tracing::warn!(error = %e, "redis permit not completed; its leases expire");

@@ -145,11 +145,9 @@ impl RedisPermit {
 
     /// Ends the call here when that takes no round trip (no concurrency lease to
     /// release, no token difference to charge or refund: a call under request rates
-    /// only); otherwise hands it back for [`RedisPermit::complete`].
-    pub(crate) fn complete_here(
-        mut self,
-        completion: Completion,
-    ) -> Result<(), (Self, Completion)> {
+    /// only) and returns `None`; otherwise hands the completion back, the permit
+    /// untouched, for [`RedisPermit::complete`].
+    pub(crate) fn complete_here(&mut self, completion: Completion) -> Option<Completion> {
         let round_trip = match &self.held {
             Held::Remote { leases, tokens, .. } => {
                 !leases.is_empty()
@@ -160,13 +158,13 @@ impl RedisPermit {
             Held::Local(_) | Held::Granted | Held::Unaccounted => false,
         };
         if round_trip {
-            return Err((self, completion));
+            return Some(completion);
         }
         self.done = true;
         if let Held::Local(p) = std::mem::replace(&mut self.held, Held::Unaccounted) {
             p.complete(completion);
         }
-        Ok(())
+        None
     }
 
     /// Ends the call: releases its concurrency leases and charges or refunds the
