@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::clock::Nanos;
 use crate::live::Live;
-use crate::quota::{Cell, CostOf, FastBucket, Instance, Kind, Limiter, Quota, Slot};
+use crate::quota::{Cell, CostOf, Instance, Kind, Quota, Slot};
 use crate::tool::ToolRuntime;
 use crate::vocab::{Mode, OnLimit};
 
@@ -78,13 +78,7 @@ pub(crate) fn available_in(
 ) -> Option<u64> {
     let q = t.quotas.iter().find(|q| &*q.def.path == quota)?;
     match (&q.slot, tenant) {
-        // A bucket in its one-word form is read off the word (the whole state then):
-        // no lock, no `LOCKED` word sending other threads' fast path to the lock
-        // meanwhile (the gateway asks after every admission).
-        (Slot::Single(cell), _) => Some(match cell.fast().and_then(FastBucket::peek) {
-            Some(tat) => Limiter::<Cell>::Bucket(tat).available(&q.def, now),
-            None => cell.available(&q.def, now),
-        }),
+        (Slot::Single(cell), _) => Some(cell.available(&q.def, now)),
         // An unseen tenant has a fresh, full partition.
         (Slot::Partitioned(p), Some(key)) => {
             Some(p.available(key, &q.def, now).unwrap_or(q.def.capacity()))

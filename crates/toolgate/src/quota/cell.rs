@@ -138,6 +138,10 @@ impl Instance for Cell {
     }
 
     fn available(&self, def: &QuotaDef, now: Nanos) -> u64 {
+        // A bucket's one-word form is the whole state: read off it, without the lock.
+        if let Some(tat) = self.fast().and_then(FastBucket::peek) {
+            return Limiter::<Cell>::Bucket(tat).available(def, now);
+        }
         let mut g = self.lock();
         g.settle(def, now);
         g.limiter.available(def, now)
@@ -231,8 +235,7 @@ impl CellState {
         matches!(self.limiter, Limiter::Retired(_))
     }
 
-    /// Folds reservations whose time has come into the committed state and trims
-    /// sliding windows.
+    /// Folds reservations whose time has come into the state and trims sliding windows.
     #[inline]
     pub(crate) fn settle(&mut self, def: &QuotaDef, now: Nanos) {
         if let Some(p) = &mut self.pending {
@@ -248,8 +251,7 @@ impl CellState {
         }
     }
 
-    /// The time of the last future reservation, which FIFO order puts every new
-    /// admission at or after.
+    /// The last future reservation's time: FIFO order admits nothing before it.
     pub(crate) fn last_reserved(&self) -> Nanos {
         self.pending
             .as_ref()
