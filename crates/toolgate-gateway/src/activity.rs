@@ -83,9 +83,14 @@ impl Activity {
 
     /// Counts on `tool`'s activity, if the policy has it (no reference count moves).
     fn count(&self, tool: &str, f: impl FnOnce(u64, &mut ToolActivity)) {
+        self.count_at(tool, self.clock.now(), f);
+    }
+
+    /// Counts on `tool`'s activity in the second of `at` (nanoseconds of the engine's
+    /// clock).
+    fn count_at(&self, tool: &str, at: u64, f: impl FnOnce(u64, &mut ToolActivity)) {
         if let Some(t) = self.tools.load().get(tool) {
-            let now = self.now();
-            f(now, &mut t.lock());
+            f(at / 1_000_000_000, &mut t.lock());
         }
     }
 
@@ -99,7 +104,7 @@ impl Activity {
 
     /// Counts an admission of `tool` after waiting `waited`.
     pub fn admitted(&self, tool: &str, tenant: Option<&str>, waited: Duration, p: Priority) {
-        self.count(tool, |now, t| t.admitted(now, tenant, waited, p));
+        self.admitted_at(tool, tenant, waited, p, self.clock.now());
     }
 
     /// Counts an admission of `tool` made at `at` (nanoseconds of the engine's clock,
@@ -112,9 +117,7 @@ impl Activity {
         p: Priority,
         at: u64,
     ) {
-        if let Some(t) = self.tools.load().get(tool) {
-            t.lock().admitted(at / 1_000_000_000, tenant, waited, p);
-        }
+        self.count_at(tool, at, |sec, t| t.admitted(sec, tenant, waited, p));
     }
 
     /// Counts a rejection of a call of `tool`.

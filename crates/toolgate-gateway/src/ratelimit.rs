@@ -83,19 +83,21 @@ impl Headers {
         Self { by_tool }
     }
 
-    /// Adds only `RateLimit-Policy` for `tool` (no live state read).
-    pub fn policy(&self, h: &mut HeaderMap, tool: &str) {
-        if let Some(info) = self.by_tool.get(tool) {
-            h.insert(POLICY.clone(), info.policy.clone());
-        }
-    }
-
     /// What the headers of an admission of `tool` say, read off its `permit` before
     /// the permit goes into its lease ([`toolgate::Permit::available`]: no lookup by
-    /// name, no reference count moved on the tool).
-    pub fn admitted(&self, permit: &Permit, tool: &str, tenant: Option<&str>) -> Figures<'_> {
+    /// name, no reference count moved on the tool); only the policy without
+    /// `remaining` (`ratelimit_remaining = false`: no live state read).
+    pub fn admitted(
+        &self,
+        permit: &Permit,
+        tool: &str,
+        tenant: Option<&str>,
+        remaining: bool,
+    ) -> Figures<'_> {
         let info = self.by_tool.get(tool);
-        let left = info.and_then(|i| permit.available(&i.path, tenant));
+        let left = info
+            .filter(|_| remaining)
+            .and_then(|i| permit.available(&i.path, tenant));
         Figures { info, left }
     }
 
@@ -126,8 +128,9 @@ impl Headers {
 }
 
 impl Figures<'_> {
-    /// Adds both headers (only `RateLimit-Policy` when there is no live figure: a
-    /// partitioned quota asked without a tenant); nothing for a tool without a rate.
+    /// Adds both headers (only `RateLimit-Policy` when there is no live figure: not
+    /// asked for, or a partitioned quota asked without a tenant); nothing for a tool
+    /// without a rate.
     pub fn put(self, h: &mut HeaderMap) {
         let Some(info) = self.info else {
             return;
@@ -263,7 +266,7 @@ mod tests {
         let headers = Headers::new(&policy);
         let p = engine.try_admit(&Call::new("t")).expect("admitted");
         let mut h = HeaderMap::new();
-        headers.admitted(&p, "t", None).put(&mut h);
+        headers.admitted(&p, "t", None, true).put(&mut h);
         assert_eq!(h["ratelimit-policy"], "\"tools.t.rate\";q=4;w=1");
         assert_eq!(h["ratelimit"], "\"tools.t.rate\";r=3;t=1");
         let mut b = StackBuf::new();

@@ -145,10 +145,10 @@ pub async fn admit(
             let at = permit.admitted_at();
             activity.admitted_at(&req.tool, tenant.as_deref(), waited, priority, at);
             let live = state.live();
+            let remaining = live.settings.ratelimit_remaining;
             let figures = live
-                .settings
-                .ratelimit_remaining
-                .then(|| live.headers.admitted(&permit, &req.tool, tenant.as_deref()));
+                .headers
+                .admitted(&permit, &req.tool, tenant.as_deref(), remaining);
             let waited_ms = waited.as_millis();
             let lease = state.leases().insert(
                 &mut places,
@@ -160,10 +160,7 @@ pub async fn admit(
                 },
             );
             let mut res = admitted_body(&lease, waited_ms);
-            match figures {
-                Some(f) => f.put(res.headers_mut()),
-                None => live.headers.policy(res.headers_mut(), &req.tool),
-            }
+            figures.put(res.headers_mut());
             Ok(res)
         }
         Err(r) => {
