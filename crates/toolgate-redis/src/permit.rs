@@ -233,23 +233,16 @@ impl RedisPermit {
 // === impl TokenHold ===
 
 impl TokenHold {
-    /// Whether `actual` tokens differ from the estimate charged (what
+    /// Whether settling the estimate against `actual` sends anything (what
     /// [`TokenHold::reconcile`] sends an operation for).
     fn differs(&self, actual: u64) -> bool {
-        actual != self.estimate
+        self.delta(actual) != 0
     }
 
     /// What settles the estimate against the `actual` count: a charge of the tokens
     /// used beyond it, or a refund of those not used; `None` when they are equal.
     fn reconcile(&self, actual: u64) -> Option<Op> {
-        let [.., burst] = self.params;
-        // Beyond two bursts the debt bound binds anyway (`release.lua` caps it there
-        // too), so the count sent is capped there, and at what Lua holds exactly (which
-        // two bursts of a quota that Redis can run never reach): the same state as in
-        // memory.
-        let delta = (i128::from(actual) - i128::from(self.estimate))
-            .min(2 * i128::from(burst))
-            .min(MAX_SCRIPT_COUNT);
+        let delta = self.delta(actual);
         (delta != 0).then(|| Op::Bucket {
             key: self.key.clone(),
             params: self.params,
@@ -258,6 +251,18 @@ impl TokenHold {
             since: -1,
             charged: 0,
         })
+    }
+
+    /// The tokens to charge (or, negative, refund) for `actual` against the estimate.
+    fn delta(&self, actual: u64) -> i128 {
+        let [.., burst] = self.params;
+        // Beyond two bursts the debt bound binds anyway (`release.lua` caps it there
+        // too), so the count sent is capped there, and at what Lua holds exactly (which
+        // two bursts of a quota that Redis can run never reach): the same state as in
+        // memory.
+        (i128::from(actual) - i128::from(self.estimate))
+            .min(2 * i128::from(burst))
+            .min(MAX_SCRIPT_COUNT)
     }
 }
 
