@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{eventually, start, SOON};
+use crate::support::{eventually, start, Res, Server, SOON};
 
 const PLAN: &str = r#"
 [tools.search]
@@ -73,13 +73,7 @@ async fn a_plan_that_does_not_fit_consumes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unused_parts_are_returned_on_release_and_on_expiry() {
     let s = start(PLAN).await;
-    let ok = s
-        .post(
-            "/v1/reserve",
-            json!({"calls": [{"tool": "slot", "count": 2}]}),
-        )
-        .await;
-    assert_eq!(ok.status, 200);
+    let ok = reserve_both_slots(&s).await;
     assert_eq!(s.admit("slot").await.status, 429);
     let id = ok.body["reservation"].as_str().expect("id");
     let lease = ok.body["leases"][0].as_str().expect("lease");
@@ -158,13 +152,7 @@ async fn a_reservation_is_released_only_by_its_whole_id() {
     // Without auth there is no tenant to check: the id's random half is what keeps
     // one client from releasing another's reservation by counting.
     let s = start(PLAN).await;
-    let ok = s
-        .post(
-            "/v1/reserve",
-            json!({"calls": [{"tool": "slot", "count": 2}]}),
-        )
-        .await;
-    assert_eq!(ok.status, 200, "{ok:?}");
+    let ok = reserve_both_slots(&s).await;
     let id = ok.body["reservation"].as_str().expect("id").to_string();
     let guessed = format!("{}{}", &id[..16], "0".repeat(16));
     assert_ne!(guessed, id);
@@ -174,4 +162,16 @@ async fn a_reservation_is_released_only_by_its_whole_id() {
     let rel = s.release(&id).await;
     assert_eq!(rel.body["released"], 2, "{rel:?}");
     assert_eq!(s.tool("slot").in_flight, 0);
+}
+
+/// Reserves both of `slot`'s concurrency slots (a 200, checked).
+async fn reserve_both_slots(s: &Server) -> Res {
+    let ok = s
+        .post(
+            "/v1/reserve",
+            json!({"calls": [{"tool": "slot", "count": 2}]}),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    ok
 }
