@@ -21,7 +21,9 @@
 //! `governor_keyed` (governor's keyed limiter, the same tenants), and
 //! `tenant_100k` / `governor_keyed_100k` (100,000 partitions made first, then keys
 //! 7,919 apart, as in the `partitions_100k` criterion group: with
-//! `--cache-sim=yes`, the data cache misses per decision). Without arguments (as under
+//! `--cache-sim=yes`, the data cache misses per decision), and `tenant_handle_100k` /
+//! `tenant_scoped_100k` (the same through a `ToolHandle`, as governor's keyed limiter
+//! is called: `try_admit` and `try_admit_scoped`). Without arguments (as under
 //! `cargo test --benches`) each form runs a few calls.
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -72,7 +74,7 @@ fn run(form: &str, n: u64) {
             let keys = tenant_keys(64);
             (0..n).for_each(|i| black_box(gov.check_key(&keys[i as usize % keys.len()])).unwrap());
         }
-        "tenant_100k" | "governor_keyed_100k" => {
+        "tenant_100k" | "tenant_handle_100k" | "tenant_scoped_100k" | "governor_keyed_100k" => {
             // The `partitions_100k` criterion group's pattern: 100,000 partitions
             // made first, then keys taken 7,919 apart (for cache-miss counts).
             let keys = tenant_keys(100_000);
@@ -80,23 +82,25 @@ fn run(form: &str, n: u64) {
                 "{OPEN_BUCKET}\npartition = \"tenant\"\nmax_partitions = 200000"
             ));
             let gov = governor_keyed();
+            let handle = e.tool("t");
             for k in &keys {
-                if form == "tenant_100k" {
-                    drop(e.try_admit(&Call::new("t").tenant(k)).unwrap());
-                } else {
+                if form == "governor_keyed_100k" {
                     gov.check_key(k).unwrap();
+                } else {
+                    drop(e.try_admit(&Call::new("t").tenant(k)).unwrap());
                 }
             }
             let mut i = 0;
             (0..n).for_each(|_| {
                 i = (i + 7919) % keys.len();
-                if form == "tenant_100k" {
-                    drop(
-                        e.try_admit(black_box(&Call::new("t").tenant(&keys[i])))
-                            .unwrap(),
-                    );
-                } else {
-                    black_box(gov.check_key(&keys[i])).unwrap();
+                let call = || Call::new("t").tenant(&keys[i]);
+                match form {
+                    "tenant_100k" => drop(e.try_admit(black_box(&call())).unwrap()),
+                    "tenant_handle_100k" => drop(handle.try_admit(black_box(&call())).unwrap()),
+                    "tenant_scoped_100k" => {
+                        drop(handle.try_admit_scoped(black_box(&call())).unwrap());
+                    }
+                    _ => black_box(gov.check_key(&keys[i])).unwrap(),
                 }
             });
         }

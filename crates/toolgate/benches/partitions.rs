@@ -1,6 +1,7 @@
 //! 100,000 tenant partitions: time per decision against governor's keyed limiter
-//! (DashMap store), cycling through every tenant. The memory each partition costs is
-//! counted by the allocator in its own bench (`partition_memory`).
+//! (DashMap store), cycling through every tenant: by name (`Engine::try_admit`) and
+//! through a `ToolHandle` (`try_admit`, `try_admit_scoped`). The memory each
+//! partition costs is counted by the allocator in its own bench (`partition_memory`).
 
 use criterion::{BenchmarkId, Criterion};
 use toolgate::Call;
@@ -29,6 +30,27 @@ pub(crate) fn bench(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 7919) % TENANTS;
             drop(e.try_admit(&Call::new("t").tenant(&keys[i])).unwrap());
+        });
+    });
+    // Through a handle resolved once, as governor's keyed limiter is called: an
+    // owned permit, and one that borrows the handle.
+    let handle = e.tool("t");
+    let mut i = 0;
+    g.bench_function(BenchmarkId::new("decision_handle", TOOLGATE), |b| {
+        b.iter(|| {
+            i = (i + 7919) % TENANTS;
+            drop(handle.try_admit(&Call::new("t").tenant(&keys[i])).unwrap());
+        });
+    });
+    let mut i = 0;
+    g.bench_function(BenchmarkId::new("decision_scoped", TOOLGATE), |b| {
+        b.iter(|| {
+            i = (i + 7919) % TENANTS;
+            drop(
+                handle
+                    .try_admit_scoped(&Call::new("t").tenant(&keys[i]))
+                    .unwrap(),
+            );
         });
     });
     let mut j = 0;

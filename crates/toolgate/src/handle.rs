@@ -101,15 +101,25 @@ impl ToolHandle {
         let tried = tried
             .and_then(|now| Some((self.current()?, now)))
             .filter(|_| self.live.shared.store.is_none());
-        match tried.map(|(tool, now)| (tool, tool.try_admit_general(call, now))) {
-            Some((tool, Ok(a))) => Ok(ScopedPermit::owned(Permit::admitted(tool.clone(), a))),
-            Some((tool, Err(d))) if !d.stale => Err(tool.refuse(d, call.tenant)),
+        let Some((tool, now)) = tried else {
+            return self.try_admit(call).map(ScopedPermit::owned);
+        };
+        // As `ToolRuntime::try_admit_general`, except that a call its tenant's slot
+        // admits while no gate has a say gets a permit that borrows the tool too (no
+        // `Admission`, no box).
+        let general = match tool.try_admit_quiet(call, now) {
+            Ok(Some(tenant)) => return Ok(ScopedPermit::quiet(tool, now, tenant)),
+            Ok(None) => tool.try_admit_gated(call, now),
+            Err(d) => Err(d),
+        };
+        match general {
+            Ok(a) => Ok(ScopedPermit::owned(Permit::admitted(tool.clone(), a))),
+            Err(d) if !d.stale => Err(tool.refuse(d, call.tenant)),
             // A reload retired a cell of the plan: start over on the new policy.
-            Some((_, Err(_))) => {
+            Err(_) => {
                 self.live.await_reload();
                 self.try_admit(call).map(ScopedPermit::owned)
             }
-            None => self.try_admit(call).map(ScopedPermit::owned),
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ pub struct Permit {
     admitted_at: Nanos,
     /// The call's tenant, by its key, on a tool with per-tenant upstream signals: a
     /// pause the upstream reports through this call is that tenant's alone.
-    tenant: Option<std::num::NonZeroU64>,
+    tenant: Option<NonZeroU64>,
     probe: bool,
     /// What only some calls keep. Taken out (`ManuallyDrop::into_inner`) and given
     /// back only when it keeps something (see [`Kept::is_empty`]): a permit that
@@ -132,7 +133,7 @@ impl Permit {
     /// Marks the permit as one of the tenant whose key this is (see
     /// [`crate::upstream::Upstream::tenant_key`], never 0).
     pub(crate) fn set_tenant(&mut self, key: Option<u64>) {
-        self.tenant = key.and_then(std::num::NonZeroU64::new);
+        self.tenant = key.and_then(NonZeroU64::new);
     }
 
     /// Marks the permit as a half-open probe of the tool's circuit breaker.
@@ -253,7 +254,7 @@ impl Permit {
             return self.finish_kept(completion);
         }
         if let Some(tool) = self.tool.take() {
-            tool.end_call_for(completion, self.probe, self.tenant);
+            tool.end_call(completion, self.probe, self.tenant);
         }
     }
 
@@ -282,7 +283,7 @@ impl Permit {
                 _ => {}
             }
         }
-        tool.end_call_for(completion, self.probe, self.tenant);
+        tool.end_call(completion, self.probe, self.tenant);
     }
 }
 
@@ -339,10 +340,13 @@ pub struct ScopedPermit<'a> {
 }
 
 enum Scoped<'a> {
-    /// Admitted by the fast path: holds nothing but the count of the call.
+    /// Admitted by the fast path, or in its tenant's slot while no gate had a say:
+    /// holds nothing but the count of the call, and the tenant's key for the
+    /// signals its completion may carry (see [`Permit::set_tenant`]).
     Fast {
         tool: &'a Arc<ToolRuntime>,
         admitted_at: Nanos,
+        tenant: Option<NonZeroU64>,
     },
     Owned(Box<Permit>),
     /// Turned into an owned permit.
@@ -356,7 +360,29 @@ impl<'a> ScopedPermit<'a> {
     #[inline]
     pub(crate) fn fast(tool: &'a Arc<ToolRuntime>, admitted_at: Nanos) -> Self {
         Self {
-            inner: Scoped::Fast { tool, admitted_at },
+            inner: Scoped::Fast {
+                tool,
+                admitted_at,
+                tenant: None,
+            },
+        }
+    }
+
+    /// A scoped permit of a call its tenant's slot admitted at `admitted_at` while
+    /// no gate had a say ([`ToolRuntime::try_admit_quiet`]), with the tenant's key
+    /// for its signals, if the tool keeps them per tenant.
+    #[inline]
+    pub(crate) fn quiet(
+        tool: &'a Arc<ToolRuntime>,
+        admitted_at: Nanos,
+        tenant: Option<u64>,
+    ) -> Self {
+        Self {
+            inner: Scoped::Fast {
+                tool,
+                admitted_at,
+                tenant: tenant.and_then(NonZeroU64::new),
+            },
         }
     }
 
@@ -404,8 +430,14 @@ impl<'a> ScopedPermit<'a> {
     /// An owned [`Permit`] for the same admission, to keep beyond the handle.
     pub fn into_owned(mut self) -> Permit {
         match std::mem::replace(&mut self.inner, Scoped::Moved) {
-            Scoped::Fast { tool, admitted_at } => {
-                Permit::immediate(Some(tool.clone()), admitted_at)
+            Scoped::Fast {
+                tool,
+                admitted_at,
+                tenant,
+            } => {
+                let mut p = Permit::immediate(Some(tool.clone()), admitted_at);
+                p.tenant = tenant;
+                p
             }
             Scoped::Owned(p) => *p,
             Scoped::Moved => unreachable!("a permit is moved out only once, by value"),
@@ -415,7 +447,7 @@ impl<'a> ScopedPermit<'a> {
     #[inline(always)]
     fn end(&mut self, completion: Option<Completion>) {
         match std::mem::replace(&mut self.inner, Scoped::Moved) {
-            Scoped::Fast { tool, .. } => tool.end_call(completion, false),
+            Scoped::Fast { tool, tenant, .. } => tool.end_call(completion, false, tenant),
             Scoped::Owned(p) => end_owned(p, completion),
             Scoped::Moved => {}
         }

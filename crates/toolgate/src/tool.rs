@@ -398,16 +398,11 @@ impl ToolRuntime {
     // --- the end of a call ---
 
     /// Records how an admitted call ended (`None`: dropped without an outcome) and
-    /// counts it out; what the permit held is released by then.
-    #[inline(always)]
-    pub(crate) fn end_call(&self, completion: Option<Completion>, probe: bool) {
-        self.end_call_for(completion, probe, None);
-    }
-
-    /// [`ToolRuntime::end_call`] of a call of the tenant whose key is `tenant` (see
+    /// counts it out; what the permit held is released by then. `tenant`: the key
+    /// of the call's tenant on a tool with per-tenant signals (see
     /// [`Upstream::tenant_key`]).
     #[inline(always)]
-    pub(crate) fn end_call_for(
+    pub(crate) fn end_call(
         &self,
         completion: Option<Completion>,
         probe: bool,

@@ -187,3 +187,51 @@ fn threads_racing_on_the_fast_path_while_the_lock_is_taken_admit_exactly_the_bur
     assert_eq!(quota(&engine, "t", "tools.t.rate").available, Some(0));
     assert_eq!(counts(&engine, "t").0, 500);
 }
+
+#[test]
+fn a_scoped_permit_of_a_tenant_decides_in_its_slot_and_reports_for_that_tenant_only() {
+    let (engine, clock) = engine("[tools.t]\nrate = \"10/s\"\nburst = 2\npartition = \"tenant\"");
+    let t = engine.tool("t");
+    let (a, b) = (Call::new("t").tenant("a"), Call::new("t").tenant("b"));
+    // Each tenant has its own burst of 2, counted in flight while its permits live.
+    let held: Vec<_> = (0..2).map(|_| t.try_admit_scoped(&a).unwrap()).collect();
+    assert_rejected(
+        t.try_admit_scoped(&a).map(|p| p.into_owned()),
+        "rate_limited",
+        "tools.t.rate",
+        Some(ms(100)),
+    );
+    assert_eq!(counts(&engine, "t"), (2, 2));
+    let b1 = t.try_admit_scoped(&b).unwrap();
+    assert_eq!((b1.tool(), b1.admitted_at()), (Some("t"), 0));
+    drop(held);
+    assert_eq!(counts(&engine, "t"), (3, 1));
+
+    // A Retry-After through a scoped permit pauses its own tenant only.
+    clock.advance(ms(200));
+    t.try_admit_scoped(&a)
+        .unwrap()
+        .complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(2)));
+    assert_rejected(
+        t.try_admit_scoped(&a).map(|p| p.into_owned()),
+        "rate_limited",
+        "tools.t.retry_after",
+        Some(Duration::from_secs(2)),
+    );
+    let b2 = t.try_admit_scoped(&b).unwrap();
+    // Made owned, it keeps its tenant: b is paused now, a still, the tenant "" not.
+    b2.into_owned()
+        .complete(Completion::new(Outcome::Error).retry_after(Duration::from_secs(1)));
+    assert_rejected(
+        t.try_admit_scoped(&b).map(|p| p.into_owned()),
+        "rate_limited",
+        "tools.t.retry_after",
+        Some(Duration::from_secs(1)),
+    );
+    assert!(t.try_admit_scoped(&Call::new("t")).is_ok());
+    drop(b1);
+    assert_eq!(counts(&engine, "t"), (6, 0));
+    clock.advance(ms(1_000));
+    assert!(t.try_admit_scoped(&b).is_ok());
+    assert!(t.try_admit_scoped(&a).is_err());
+}
