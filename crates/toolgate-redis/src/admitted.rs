@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use toolgate::compile::CostOf;
 
 use crate::link::Link;
@@ -21,7 +23,7 @@ struct Members<'a> {
     merged: &'a [Step],
     id: &'a Arc<str>,
     /// The next member per merged key.
-    next: Vec<u64>,
+    next: SmallVec<[u64; 4]>,
 }
 
 /// What one admitted call holds, gathered step by step.
@@ -61,7 +63,7 @@ pub(crate) fn permits(
     let mut members = Members {
         merged,
         id,
-        next: vec![1; merged.len()],
+        next: smallvec::smallvec![1; merged.len()],
     };
     let mut out = Vec::with_capacity(tools.len());
     for (tool, steps) in tools.iter().zip(plans) {

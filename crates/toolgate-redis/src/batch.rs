@@ -97,7 +97,7 @@ impl Batch {
         let i = self
             .plans
             .iter()
-            .position(|p| p.iter().any(|s| s.key == key))
+            .position(|p| p.iter().any(|s| *s.key == *key))
             .unwrap_or(0);
         self.tools
             .get(i)

@@ -67,7 +67,7 @@ struct Pending {
 #[derive(Debug)]
 struct Group {
     now: String,
-    key: String,
+    key: Arc<str>,
     den: u64,
     runs: Vec<(Costs, u64)>,
     txs: Vec<oneshot::Sender<Result<Decision, StoreError>>>,

@@ -190,7 +190,7 @@ impl Gate {
         if self.link.is_down() {
             return self.fallback.admit_all(&first.name, calls);
         }
-        let id = self.link.next_id();
+        let id = self.link.id_for(batch.merged());
         match self.link.run_admit(batch.merged(), &id, -1).await {
             Ok(Reply::Denied { blame, code, retry }) => Err(batch.denial(blame, code, retry)),
             Ok(reply) => {
@@ -254,7 +254,7 @@ impl Gate {
         if self.link.is_down() {
             return self.fallback.admit(&tool.name, call, wait).await;
         }
-        let id = self.link.next_id();
+        let id = self.link.id_for(steps);
         match self.link.run_admit(steps, &id, max_wait_us).await {
             Ok(Reply::Denied { blame, code, retry }) => Err(denial(
                 &tool.name,

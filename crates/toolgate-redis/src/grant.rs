@@ -123,11 +123,7 @@ impl Grants {
         if count == 0 || !grantable(steps) {
             return None;
         }
-        let key = steps
-            .iter()
-            .map(|s| s.key.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
+        let key = steps.iter().map(|s| &*s.key).collect::<Vec<_>>().join("\n");
         match self.take(&key, count) {
             Take::Granted => {
                 return Some(RedisPermit::new(Held::Granted, Duration::ZERO));
@@ -148,7 +144,7 @@ impl Grants {
                 ..s.clone()
             })
             .collect();
-        let id = self.link.next_id();
+        let id = self.link.id_for(&batched);
         let ttl = grant_ttl(steps, batch);
         match self.link.run_admit(&batched, &id, -1).await {
             Ok(Reply::Admitted { .. }) => {

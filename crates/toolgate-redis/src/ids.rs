@@ -2,12 +2,15 @@
 //! sets (leases, sliding-window entries), so they must not collide across processes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A per-process random prefix and a counter.
 #[derive(Debug)]
 pub(crate) struct Ids {
     prefix: String,
     next: AtomicU64,
+    /// The id of an admission that adds no member anywhere (see [`Ids::none`]).
+    none: Arc<str>,
 }
 
 // === impl Ids ===
@@ -25,7 +28,14 @@ impl Ids {
         Self {
             prefix: format!("{:012x}", h.finish() & 0xffff_ffff_ffff),
             next: AtomicU64::new(0),
+            none: Arc::from(""),
         }
+    }
+
+    /// The id of an admission that adds no member to any sorted set (buckets
+    /// alone): empty, shared, so that the most common admission allocates none.
+    pub(crate) fn none(&self) -> Arc<str> {
+        self.none.clone()
     }
 
     pub(crate) fn next(&self) -> String {

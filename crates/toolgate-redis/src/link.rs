@@ -1,7 +1,8 @@
 //! A gate's link to Redis: what every part of the gate needs of Redis, and nothing of
 //! the policy. It runs the scripts over the connection within the store's timeout, on
 //! Redis' clock (or a test clock), with leases that live the lease TTL; it names each
-//! admission with a unique id; and it knows whether Redis answers: after an outage it
+//! admission that adds members to a sorted set with a unique id; and it knows
+//! whether Redis answers: after an outage it
 //! is marked down (admissions then take the `on_store_error` path at once) and probed
 //! every 100 ms until it answers again.
 //!
@@ -24,6 +25,7 @@ use crate::ids::Ids;
 use crate::lease::LeaseTtl;
 use crate::op::Op;
 use crate::plan::{live, Step};
+use crate::quota::Params;
 use crate::script::{BucketCall, Reply, Scripts};
 
 /// How often a store that stopped answering is probed.
@@ -116,9 +118,18 @@ impl Link {
         self.lease_ttl.set(ttl);
     }
 
-    /// A new admission id, unique across processes.
-    pub(crate) fn next_id(&self) -> Arc<str> {
-        self.ids.next().into()
+    /// The id of an admission of `steps`: a new one, unique across processes, when a
+    /// step adds members to a sorted set (a concurrency lease, a sliding window's
+    /// entries), which the id names; else none (buckets keep no member).
+    pub(crate) fn id_for(&self, steps: &[Step]) -> Arc<str> {
+        let members = steps
+            .iter()
+            .any(|s| s.cost > 0 && !matches!(s.quota.params, Params::Bucket { .. }));
+        if members {
+            self.ids.next().into()
+        } else {
+            self.ids.none()
+        }
     }
 
     /// Whether Redis is believed down (until a probe answers).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 pub(crate) enum Op {
     /// Remove members `id:from ..= id:to` of a sorted set (leases, sliding entries).
     Members {
-        key: String,
+        key: Arc<str>,
         id: Arc<str>,
         from: u64,
         to: u64,
@@ -22,7 +22,7 @@ pub(crate) enum Op {
     /// used, less its share of the refill since then, so that the bucket never ends
     /// up fuller than without the charge.
     Bucket {
-        key: String,
+        key: Arc<str>,
         params: [u64; 4],
         delta: i128,
         at: i64,

@@ -49,7 +49,7 @@ pub enum Source {
 /// A token estimate held until the call completes.
 #[derive(Debug, Clone)]
 pub(crate) struct TokenHold {
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
     pub(crate) params: [u64; 4],
     pub(crate) estimate: u64,
 }

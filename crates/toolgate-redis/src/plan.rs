@@ -2,6 +2,8 @@
 //! answers map back to the core's [`Rejection`] values.
 
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 use std::time::Duration;
 
 use toolgate::{Call, Reason, Rejection};
@@ -14,7 +16,7 @@ use crate::quota::{Params, Quota, Tool};
 #[derive(Debug, Clone)]
 pub(crate) struct Step {
     pub(crate) quota: Arc<Quota>,
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
     pub(crate) cost: u64,
 }
 
@@ -32,7 +34,7 @@ pub(crate) fn plan(tool: &Tool, call: &Call<'_>) -> Result<Vec<Step>, Rejection>
             ));
         }
         let key = match q.spec.partition {
-            Some(_) => partition_key(&q.key, call.tenant_id().unwrap_or("")),
+            Some(_) => partition_key(&q.key, call.tenant_id().unwrap_or("")).into(),
             None => q.key.clone(),
         };
         steps.push(Step {
@@ -44,8 +46,9 @@ pub(crate) fn plan(tool: &Tool, call: &Call<'_>) -> Result<Vec<Step>, Rejection>
     Ok(steps)
 }
 
-/// The steps the script runs: those with a cost.
-pub(crate) fn live(steps: &[Step]) -> Vec<&Step> {
+/// The steps the script runs: those with a cost (inline up to four: a call's
+/// quotas are few).
+pub(crate) fn live(steps: &[Step]) -> SmallVec<[&Step; 4]> {
     steps.iter().filter(|s| s.cost > 0).collect()
 }
 

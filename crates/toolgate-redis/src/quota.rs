@@ -49,7 +49,7 @@ pub(crate) struct Quota {
     pub(crate) spec: QuotaSpec,
     pub(crate) params: Params,
     /// The key, without a tenant suffix.
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
 }
 
 /// A tool as the store runs it.
@@ -175,7 +175,7 @@ impl Quota {
             }
         };
         Ok(Self {
-            key: quota_key(key_prefix, tag, params.key_letter(), &spec.path),
+            key: quota_key(key_prefix, tag, params.key_letter(), &spec.path).into(),
             spec,
             params,
         })

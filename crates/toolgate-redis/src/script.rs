@@ -1,6 +1,8 @@
 //! The wire protocol of the Lua scripts: arguments in, replies out. Running them is
 //! the link's (`link.rs`); what they mean, the plan's and the permit's.
 
+use std::sync::Arc;
+
 use redis::{Script, ScriptInvocation};
 
 use crate::error::StoreError;
@@ -22,7 +24,7 @@ pub(crate) struct Costs {
 /// A call that `admit_bucket.lua` can decide: one enforced bucket, now or never.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BucketCall {
-    pub(crate) key: String,
+    pub(crate) key: Arc<str>,
     pub(crate) den: u64,
     pub(crate) costs: Costs,
 }
@@ -94,7 +96,7 @@ impl Scripts {
             .arg(live.len());
         for s in live {
             let [a, b, c, d] = s.quota.params.args();
-            inv.key(&s.key)
+            inv.key(&*s.key)
                 .arg(s.quota.params.kind().to_string())
                 .arg(u8::from(s.quota.spec.is_shadow()))
                 .arg(s.cost)
@@ -137,7 +139,7 @@ impl Scripts {
         for op in ops {
             match op {
                 Op::Members { key, id, from, to } => {
-                    inv.key(key)
+                    inv.key(&**key)
                         .arg("m")
                         .arg(&**id)
                         .arg(*from)
@@ -157,7 +159,7 @@ impl Scripts {
                     charged,
                 } => {
                     let [pq, pr, den, burst] = *params;
-                    inv.key(key)
+                    inv.key(&**key)
                         .arg("b")
                         .arg(pq)
                         .arg(pr)

@@ -303,3 +303,50 @@ async fn a_call_that_waited_in_the_store_meets_the_gates_that_closed_meanwhile()
         }
     }
 }
+
+/// A call that adds members to a sorted set (a concurrency lease) names them with an
+/// admission id of its own, unique per call, even beside a bucket; a call on buckets
+/// alone needs none and adds no member anywhere.
+#[tokio::test]
+async fn lease_members_carry_an_id_per_admission_and_buckets_alone_add_none() {
+    let Some(f) = RedisFactory::local() else {
+        return;
+    };
+    let b = f
+        .make("[tools.c]\nrate = \"100/s\"\nconcurrency = 3\n[tools.t]\nrate = \"100/s\"")
+        .await;
+    let server = f.server.as_ref().expect("own server");
+    for _ in 0..5 {
+        drop(b.try_admit(&Call::new("t")).await.expect("admitted"));
+    }
+    let sets = |server: &RedisServer| -> Vec<String> {
+        let keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+        keys.into_iter()
+            .filter(|k| server.cmd::<String>(&["TYPE", k]) == "zset")
+            .collect()
+    };
+    assert!(sets(server).is_empty(), "buckets alone keep no sorted set");
+    let c = Call::new("c");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(b.try_admit(&c).await.expect("a free slot"));
+    }
+    let leases = sets(server);
+    assert_eq!(leases.len(), 1, "one concurrency set: {leases:?}");
+    let mut members: Vec<String> = server.cmd(&["ZRANGE", &leases[0], "0", "-1"]);
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(members.iter().all(|m| !m.starts_with(':')), "{members:?}");
+    members.dedup();
+    assert_eq!(members.len(), 3, "one member per admission: {members:?}");
+    let no = b.try_admit(&c).await.expect_err("full");
+    assert_eq!(no.reason(), Reason::ConcurrencyLimited);
+    drop(held);
+    for _ in 0..50 {
+        if server.cmd::<u64>(&["ZCARD", &leases[0]]) == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.cmd::<u64>(&["ZCARD", &leases[0]]), 0, "released");
+    assert!(b.try_admit(&Call::new("c")).await.is_ok());
+}
