@@ -14,7 +14,7 @@ use crate::clock::nanos;
 use crate::compiled::Compiled;
 use crate::fair::{FairQueue, Ticket, Turn as FairTurn};
 use crate::live::Live;
-use crate::permit::Permit;
+use crate::permit::{Permit, Unadmitted};
 use crate::store::{QuotaStore, StoreLease};
 use crate::tool::ToolRuntime;
 use crate::vocab::{Call, OnLimit, Reason, Rejection, UnknownTools, MAX_WAIT_LIMIT};
@@ -236,6 +236,9 @@ async fn in_store(
     let Some(store) = &live.shared.store else {
         return Ok(local);
     };
+    // Until the store admits the call, its local parts go back as never admitted,
+    // also when the caller gives up while the store decides.
+    let local = Unadmitted::new(local);
     // The store waits as long as the call's cap says: its deadline, less the tool's
     // expected run time, caps it there.
     let call = match call.deadline_at() {
@@ -250,29 +253,23 @@ async fn in_store(
     // turn here first: only the head of this process's queue waits there.
     let _turn = match (&tool.fair, waits) {
         (Some(fair), true) => match take_turn(live, tool, fair, &call, store).await {
-            Turn::Now(lease) => return Ok(local.with_lease(lease, call.priority_class())),
+            Turn::Now(lease) => return Ok(local.admitted(lease, call.priority_class())),
             Turn::Head(ticket) => Some(ticket),
-            Turn::Refused(r) => {
-                local.discard();
-                return Err(r);
-            }
+            Turn::Refused(r) => return Err(r),
         },
         _ => None,
     };
     match store.admit(call, waits).await {
-        Ok(lease) if lease.waited().is_zero() => Ok(local.with_lease(lease, call.priority_class())),
+        Ok(lease) if lease.waited().is_zero() => Ok(local.admitted(lease, call.priority_class())),
         Ok(lease) => regate_stored(
             live,
             tool,
             &call,
-            local.with_lease(lease, call.priority_class()),
+            local.admitted(lease, call.priority_class()),
         ),
-        Err(r) => {
-            // Nothing ran: the local parts (a probe slot, an adaptive
-            // concurrency slot) go back as if the call never came.
-            local.discard();
-            Err(r)
-        }
+        // Nothing ran: the local parts (a probe slot, an adaptive concurrency
+        // slot) go back as if the call never came, when `local` drops.
+        Err(r) => Err(r),
     }
 }
 

@@ -13,6 +13,10 @@ use crate::store::StoreLease;
 use crate::tool::ToolRuntime;
 use crate::vocab::{Completion, Priority};
 
+mod unadmitted;
+
+pub(crate) use unadmitted::Unadmitted;
+
 /// Proof that a call was admitted.
 ///
 /// Complete it with [`Permit::complete`] when the call ends, to release its

@@ -18,7 +18,7 @@ use crate::compiled::Compiled;
 use crate::held::HeldParts;
 use crate::kernel::{self, CellRef, Decision, Plan, Step};
 use crate::live::Live;
-use crate::permit::Permit;
+use crate::permit::{Permit, Unadmitted};
 use crate::quota::{Cell, CostOf, Kind};
 use crate::signals::Claim;
 use crate::sync::Mutex;
@@ -77,15 +77,18 @@ pub(crate) async fn admit_all(live: &Live, calls: &[Call<'_>]) -> Result<Vec<Per
         .filter(|(_, p)| p.tool().is_some())
         .map(|(c, _)| *c)
         .collect();
+    // Until the store admits them, the local parts go back as never admitted, also
+    // when the caller gives up while the store decides.
+    let local: Vec<Unadmitted> = local.into_iter().map(Unadmitted::new).collect();
     match store.admit_all(&known).await {
         Ok(leases) => {
             let mut leases = leases.into_iter();
             Ok(local
                 .into_iter()
                 .zip(calls)
-                .map(|(p, c)| match p.tool().map(|_| leases.next()) {
-                    Some(Some(lease)) => p.with_lease(lease, c.priority_class()),
-                    _ => p,
+                .map(|(p, c)| match p.has_tool().then(|| leases.next()) {
+                    Some(Some(lease)) => p.admitted(lease, c.priority_class()),
+                    _ => p.unstored(),
                 })
                 .collect())
         }
@@ -94,7 +97,7 @@ pub(crate) async fn admit_all(live: &Live, calls: &[Call<'_>]) -> Result<Vec<Per
             if let Some(t) = compiled.tools.get(r.tool()) {
                 t.stats.on_reject(&r, None);
             }
-            local.into_iter().for_each(Permit::discard);
+            drop(local);
             Err(r)
         }
     }

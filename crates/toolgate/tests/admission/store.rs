@@ -4,13 +4,19 @@
 //! `Shared` is a real `QuotaStore`: it keeps the quotas in one in-memory engine
 //! that several engines share, as several processes share one Redis (the Redis
 //! store runs the semantic suite through the same seam in `toolgate-redis`).
+//! A call of the tenant `stalled` never gets an answer from it, as from a store
+//! whose round trip hangs.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
 use toolgate::{Call, Completion, Engine, ManualClock, Outcome, Permit, Policy, Reason, Rejection};
+
+/// The tenant whose calls the store never answers.
+const STALLED: &str = "stalled";
 
 #[derive(Debug)]
 struct Shared {
@@ -50,6 +56,9 @@ impl QuotaStore for Shared {
     ) -> StoreFuture<'a, Result<Box<dyn StoreLease>, Rejection>> {
         self.asked.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move {
+            if call.tenant_id() == Some(STALLED) {
+                std::future::pending::<()>().await;
+            }
             let p = if wait {
                 self.quotas.admit(&call).await
             } else {
@@ -64,6 +73,9 @@ impl QuotaStore for Shared {
     ) -> StoreFuture<'a, Result<Vec<Box<dyn StoreLease>>, Rejection>> {
         self.asked.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move {
+            if calls.iter().any(|c| c.tenant_id() == Some(STALLED)) {
+                std::future::pending::<()>().await;
+            }
             self.quotas.try_admit_all(calls).map(|ps| {
                 ps.into_iter()
                     .map(|p| Box::new(Lease(p)) as Box<dyn StoreLease>)
@@ -204,4 +216,49 @@ async fn a_reload_the_store_refuses_leaves_the_old_policy_in_force() {
     assert!(e.contains("cannot run"), "{e}");
     assert!(a.policy().tools.contains_key("pay"), "old policy kept");
     assert!(a.admit_now(&Call::new("pay")).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_call_dropped_while_the_store_decides_never_counts_as_in_flight() {
+    let toml = "[tools.slow]\nrate = \"1/s\"\nburst = 1\non_limit = \"wait\"\nmax_wait = \"10s\"\n";
+    let (_store, a, _b, clock) = setup(toml, false);
+    let call = Call::new("slow");
+    let held = a.admit(&call).await.unwrap();
+    // The next call waits in the store (its clock never moves here); its caller
+    // gives up while it waits.
+    let mut waiting = Box::pin(a.admit(&call));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(waiting.as_mut().poll(cx))).await;
+    assert!(first.is_pending());
+    drop(waiting);
+    let s = a.tool_state("slow", None).unwrap();
+    assert_eq!(
+        (s.admitted, s.in_flight),
+        (1, 1),
+        "the call the store never admitted is not counted, in or out"
+    );
+    held.complete(Completion::success());
+    assert_eq!(a.tool_state("slow", None).unwrap().in_flight, 0);
+    // What the store kept for the call that left goes back with it: the next call
+    // waits for the refill only.
+    clock.advance(Duration::from_secs(1));
+    assert!(a.admit_now(&call).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_plan_dropped_while_the_store_decides_never_counts_as_in_flight() {
+    let (_store, a, _b, _clock) = setup(TOML, false);
+    let held = a.admit_now(&Call::new("pay")).await.unwrap();
+    let plan = [Call::new("pay").tenant(STALLED), Call::new("weather")];
+    for mut pending in [
+        Box::pin(a.admit_all(&plan)) as std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>>,
+        Box::pin(async { a.admit_now(&plan[0]).await.map(|p| vec![p]) }),
+    ] {
+        let first =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(pending.as_mut().poll(cx))).await;
+        assert!(first.is_pending());
+    }
+    let s = a.tool_state("pay", None).unwrap();
+    assert_eq!((s.admitted, s.in_flight), (1, 1));
+    held.complete(Completion::success());
+    assert_eq!(a.tool_state("pay", None).unwrap().in_flight, 0);
 }
