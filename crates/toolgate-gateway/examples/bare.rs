@@ -3,12 +3,19 @@
 //! side by side with `toolgate serve`. Under `/body/…` the same handler first reads
 //! the request's body (as `Bytes`), as every admission must.
 //!
+//! It runs on the allocator `toolgate` runs on (jemalloc), so that the comparison
+//! measures the admission, not the allocator.
+//!
 //! Usage: `cargo run --release -p toolgate-gateway --example bare -- 127.0.0.1:8788`
 
 use axum::body::Bytes;
 use axum::routing::any;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 async fn constant() -> Json<Value> {
     Json(json!({"admitted": true, "lease": "00000000000000010000000000000000", "waited_ms": 0}))
