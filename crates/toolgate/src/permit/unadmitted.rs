@@ -20,11 +20,8 @@ impl Unadmitted {
     }
 
     /// The call's permit, now that the store keeps `lease` for it.
-    pub(crate) fn admitted(mut self, lease: Box<dyn StoreLease>, p: Priority) -> Permit {
-        match self.0.take() {
-            Some(local) => local.with_lease(lease, p),
-            None => unreachable!("taken only here, by value, and in drop"),
-        }
+    pub(crate) fn admitted(self, lease: Box<dyn StoreLease>, p: Priority) -> Permit {
+        self.unstored().with_lease(lease, p)
     }
 
     /// Whether the call is of a tool with a policy (the store sees only those).
