@@ -15,7 +15,12 @@
 //!
 //! Every caller waits at most the store's timeout from its arrival, queueing
 //! included, and records its own latency and error in the store's metrics, as an
-//! uncoalesced call does (a batch's round trip records nothing itself).
+//! uncoalesced call does (a batch's round trip records nothing itself). The bounds
+//! are kept with one timer per round trip, not one per caller: a lone call's round
+//! trip ends at its caller's deadline; a batch's group waits until the last of its
+//! callers' deadlines, answering each caller a timeout at its own deadline if Redis
+//! has not answered by then, and a caller whose deadline passed while it queued is
+//! answered a timeout without being sent (nothing charged).
 //!
 //! Cancellation: a caller dropped (or timed out) while it queues is left out of its
 //! batch (nothing charged); one dropped after its call went out leaves the charge in
@@ -27,8 +32,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
-use crate::conn::{Conn, Timed};
+use crate::conn::Conn;
 use crate::error::StoreError;
 use crate::script::{BucketCall, Costs, Decision, Scripts};
 
@@ -54,23 +60,30 @@ struct State {
     queue: VecDeque<Pending>,
 }
 
-/// A queued call: its time argument (empty: Redis' clock), what it asks, and where
-/// its answer goes.
+/// Where a queued call's answer goes.
+type Answer = oneshot::Sender<Result<Decision, StoreError>>;
+
+/// A queued call: its time argument (empty: Redis' clock), what it asks, when its
+/// caller stops waiting (its arrival plus the store's timeout), and where its answer
+/// goes.
 #[derive(Debug)]
 struct Pending {
     now: String,
     call: BucketCall,
-    tx: oneshot::Sender<Result<Decision, StoreError>>,
+    deadline: Instant,
+    tx: Answer,
 }
 
 /// Consecutive calls on one bucket with the same time argument: one script run.
+/// `txs` and `deadlines` are its callers', in order (one per call of its runs).
 #[derive(Debug)]
 struct Group {
     now: String,
     key: Arc<str>,
     den: u64,
     runs: Vec<(Costs, u64)>,
-    txs: Vec<oneshot::Sender<Result<Decision, StoreError>>>,
+    txs: Vec<Answer>,
+    deadlines: Vec<Instant>,
 }
 
 /// Whether a call goes out at once (with what it asks) or waits in the queue for
@@ -115,7 +128,8 @@ impl Coalescer {
         now: String,
         call: BucketCall,
     ) -> Result<Decision, StoreError> {
-        let timed = Timed::start("admit");
+        let timed = self.conn.timed("admit");
+        let deadline = Instant::now() + self.timeout;
         let turn = {
             let mut st = self.lock();
             if st.queue.is_empty() && st.in_flight < MAX_IN_FLIGHT {
@@ -123,7 +137,12 @@ impl Coalescer {
                 Turn::Now(now, call)
             } else {
                 let (tx, rx) = oneshot::channel();
-                st.queue.push_back(Pending { now, call, tx });
+                st.queue.push_back(Pending {
+                    now,
+                    call,
+                    deadline,
+                    tx,
+                });
                 Turn::Queued(rx)
             }
         };
@@ -131,7 +150,11 @@ impl Coalescer {
             Turn::Now(now, call) => {
                 let _flight = Flight(self);
                 let runs = [(call.costs, 1)];
-                let result = self.round_trip(&now, &call.key, call.den, &runs).await;
+                let trip = self.round_trip(&now, &call.key, call.den, &runs);
+                let result = match tokio::time::timeout_at(deadline, trip).await {
+                    Ok(result) => result,
+                    Err(_) => Err(self.timed_out()),
+                };
                 let result = result.and_then(|mut d| {
                     d.pop().ok_or_else(|| StoreError::Reply {
                         op: "admit",
@@ -142,16 +165,13 @@ impl Coalescer {
                 result
             }
             Turn::Queued(rx) => {
-                let result = match tokio::time::timeout(self.timeout, rx).await {
-                    Ok(Ok(answer)) => answer,
+                // Answered by the batch by this caller's deadline (`run_group`).
+                let result = match rx.await {
+                    Ok(answer) => answer,
                     // The sender is dropped unanswered only when the runtime shuts down.
-                    Ok(Err(_)) => Err(StoreError::Reply {
+                    Err(_) => Err(StoreError::Reply {
                         op: "admit",
                         reply: "the batch was dropped".into(),
-                    }),
-                    Err(_) => Err(StoreError::Timeout {
-                        op: "admit",
-                        timeout: self.timeout,
                     }),
                 };
                 timed.done(result.as_ref().err());
@@ -161,8 +181,8 @@ impl Coalescer {
     }
 
     /// Runs `admit_bucket.lua` on bucket `key` (denominator `den`) at `now` for
-    /// `runs` of calls: one round trip, bounded by the store's timeout; a decision
-    /// per call, in order. Unrecorded: its callers record.
+    /// `runs` of calls: one round trip, unbounded (its caller bounds it); a
+    /// decision per call, in order. Unrecorded: its callers record.
     async fn round_trip(
         &self,
         now: &str,
@@ -173,24 +193,43 @@ impl Coalescer {
         let inv = self.scripts.admit_bucket(now, key, den, runs);
         let value = self
             .conn
-            .invoke_unrecorded("admit", &inv, self.timeout)
+            .invoke_unbounded("admit", &inv, self.timeout)
             .await?;
         Decision::parse(&value, runs)
     }
 
+    /// What a caller gets when Redis has not answered by its deadline.
+    fn timed_out(&self) -> StoreError {
+        StoreError::Timeout {
+            op: "admit",
+            timeout: self.timeout,
+        }
+    }
+
     /// A round trip ended: sends the queue as the next one, or frees its place.
     fn next(self: &Arc<Self>) {
-        let batch: Vec<Pending> = {
+        let now = Instant::now();
+        let (batch, expired) = {
             let mut st = self.lock();
-            // Callers that left while queued are not sent (nothing is charged).
+            // Callers that left while queued are not sent (nothing is charged), nor
+            // are those whose deadline passed while they queued: the first ones, in
+            // arrival order (answered below).
             st.queue.retain(|p| !p.tx.is_closed());
-            if st.queue.is_empty() {
+            let late = st.queue.iter().take_while(|p| p.deadline <= now).count();
+            let expired: Vec<Pending> = st.queue.drain(..late).collect();
+            let batch = if st.queue.is_empty() {
                 st.in_flight = st.in_flight.saturating_sub(1);
-                return;
-            }
-            let n = st.queue.len().min(MAX_BATCH);
-            st.queue.drain(..n).collect()
+                None
+            } else {
+                let n = st.queue.len().min(MAX_BATCH);
+                Some(st.queue.drain(..n).collect::<Vec<Pending>>())
+            };
+            (batch, expired)
         };
+        for p in expired {
+            let _ = p.tx.send(Err(self.timed_out()));
+        }
+        let Some(batch) = batch else { return };
         let me = self.clone();
         drop(self.handle.spawn(async move {
             let _flight = Flight(&me);
@@ -211,18 +250,66 @@ impl Coalescer {
 
     async fn run_lane(&self, lane: Vec<Group>) {
         for g in lane {
-            // A decision per call of the group's runs (`Decision::parse` checks it),
-            // so one per caller, in order.
-            match self.round_trip(&g.now, &g.key, g.den, &g.runs).await {
-                Ok(ds) => {
-                    for (tx, d) in g.txs.into_iter().zip(ds) {
-                        let _ = tx.send(Ok(d));
+            self.run_group(g).await;
+        }
+    }
+
+    /// One group's round trip, with one timer: each caller is answered the decision
+    /// if Redis answers by its deadline, else a timeout at its deadline; the round
+    /// trip is given up when every caller has been answered.
+    async fn run_group(&self, g: Group) {
+        let mut txs: Vec<Option<Answer>> = g.txs.into_iter().map(Some).collect();
+        let trip = self.round_trip(&g.now, &g.key, g.den, &g.runs);
+        tokio::pin!(trip);
+        let Some(first) = earliest(&txs, &g.deadlines) else {
+            return;
+        };
+        let timer = tokio::time::sleep_until(first);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut trip => {
+                    // A decision per call of the group's runs (`Decision::parse`
+                    // checks it), so one per caller, in order.
+                    match result {
+                        Ok(ds) => {
+                            for (tx, d) in txs.into_iter().zip(ds) {
+                                if let Some(tx) = tx {
+                                    let _ = tx.send(Ok(d));
+                                }
+                            }
+                        }
+                        Err(e) => answer_all(txs.into_iter().flatten(), &e),
+                    }
+                    return;
+                }
+                () = &mut timer => {
+                    let now = Instant::now();
+                    for (tx, d) in txs.iter_mut().zip(&g.deadlines) {
+                        if *d <= now {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(Err(self.timed_out()));
+                            }
+                        }
+                    }
+                    match earliest(&txs, &g.deadlines) {
+                        Some(next) => timer.as_mut().reset(next),
+                        None => return,
                     }
                 }
-                Err(e) => answer_all(g.txs, &e),
             }
         }
     }
+}
+
+/// The earliest deadline of the callers still waiting.
+fn earliest(txs: &[Option<Answer>], deadlines: &[Instant]) -> Option<Instant> {
+    txs.iter()
+        .zip(deadlines)
+        .filter(|(tx, _)| tx.is_some())
+        .map(|(_, d)| *d)
+        .min()
 }
 
 impl Drop for Flight<'_> {
@@ -231,7 +318,7 @@ impl Drop for Flight<'_> {
     }
 }
 
-fn answer_all(txs: Vec<oneshot::Sender<Result<Decision, StoreError>>>, e: &StoreError) {
+fn answer_all(txs: impl IntoIterator<Item = Answer>, e: &StoreError) {
     for tx in txs {
         let _ = tx.send(Err(e.clone()));
     }
@@ -264,6 +351,7 @@ fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
                 den: p.call.den,
                 runs: Vec::new(),
                 txs: Vec::new(),
+                deadlines: Vec::new(),
             });
         }
         let Some(g) = lane.last_mut() else { continue };
@@ -272,6 +360,7 @@ fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
             _ => g.runs.push((p.call.costs, 1)),
         }
         g.txs.push(p.tx);
+        g.deadlines.push(p.deadline);
     }
     lanes
 }

@@ -5,14 +5,13 @@
 //! multiplexed connection shared by every caller of the process, re-established in
 //! the background with exponential backoff when it breaks. A cluster (a comma-separated
 //! list of `redis://` URLs, or one URL with `?cluster=true`) uses the crate's async
-//! cluster connection. Every operation is bounded by the store's `timeout`.
+//! cluster connection. Every operation is bounded by the store's `timeout`, by one
+//! timer of ours: the single server's client has no response timeout of its own (it
+//! would be a second timer per round trip, of the same length; a timeout there never
+//! reconnects, so it adds nothing).
 
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a Redis round trip's latency (a metric) is measured on the real clock"
-)]
-
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -20,10 +19,19 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ScriptInvocation, Value};
 
 use crate::error::StoreError;
+use crate::latency::{count_error, Latency, Timed};
 
-/// A connection to one server or a cluster. Cheap to clone.
+/// A connection to one server or a cluster, with the store's latency histograms.
+/// Cheap to clone.
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub(crate) struct Conn {
+    client: Client,
+    latency: Arc<Latency>,
+}
+
+/// The client of one server or of a cluster.
+#[derive(Clone)]
+enum Client {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -44,6 +52,14 @@ impl Conn {
     }
 
     async fn open(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client = Self::client(url, timeout).await?;
+        Ok(Self {
+            client,
+            latency: Arc::new(Latency::new()),
+        })
+    }
+
+    async fn client(url: &str, timeout: Duration) -> Result<Client, StoreError> {
         let (urls, cluster) = parse_url(url);
         let op = "connect";
         if cluster {
@@ -56,18 +72,23 @@ impl Conn {
                 .build()
                 .map_err(redis_err)?;
             let conn = client.get_async_connection().await.map_err(redis_err)?;
-            return Ok(Self::Cluster(conn));
+            return Ok(Client::Cluster(conn));
         }
         let redis_err = |source| StoreError::redis(op, source, timeout);
         let client = redis::Client::open(urls[0].as_str()).map_err(redis_err)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
+            .set_response_timeout(None)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(200))
             .set_number_of_retries(2);
         let conn = ConnectionManager::new_lazy_with_config(client, config).map_err(redis_err)?;
-        Ok(Self::Single(conn))
+        Ok(Client::Single(conn))
+    }
+
+    /// Starts timing `op` for the store's metrics.
+    pub(crate) fn timed(&self, op: &'static str) -> Timed<'_> {
+        self.latency.start(op)
     }
 
     /// Runs a script invocation (EVALSHA, loading the script on NOSCRIPT) within
@@ -78,44 +99,44 @@ impl Conn {
         inv: &ScriptInvocation<'_>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        let timed = Timed::start(op);
-        let result = self.invoke_unrecorded(op, inv, timeout).await;
+        let timed = self.timed(op);
+        let result =
+            match tokio::time::timeout(timeout, self.invoke_unbounded(op, inv, timeout)).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout { op, timeout }),
+            };
         timed.done(result.as_ref().err());
         result
     }
 
-    /// As [`Conn::invoke`], but records nothing: for a round trip on behalf of
-    /// several callers, each of which records its own ([`Timed`]).
-    pub(crate) async fn invoke_unrecorded(
+    /// As [`Conn::invoke`], without a bound of its own (its caller keeps the store's
+    /// `timeout`, which the error names) and recording nothing: for a round trip on
+    /// behalf of several callers, each of which records its own
+    /// ([`crate::latency::Timed`]).
+    pub(crate) async fn invoke_unbounded(
         &self,
         op: &'static str,
         inv: &ScriptInvocation<'_>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        let mut conn = self.clone();
-        let fut = async {
-            match &mut conn {
-                Self::Single(c) => inv.invoke_async(c).await,
-                Self::Cluster(c) => inv.invoke_async(c).await,
-            }
+        let mut client = self.client.clone();
+        let result = match &mut client {
+            Client::Single(c) => inv.invoke_async(c).await,
+            Client::Cluster(c) => inv.invoke_async(c).await,
         };
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(source)) => Err(StoreError::redis(op, source, timeout)),
-            Err(_) => Err(StoreError::Timeout { op, timeout }),
-        }
+        result.map_err(|source| StoreError::redis(op, source, timeout))
     }
 
     /// `PING` within `timeout`.
     pub(crate) async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
         let op = "ping";
-        let start = Instant::now();
-        let mut conn = self.clone();
+        let timed = self.timed(op);
+        let mut client = self.client.clone();
         let cmd = redis::cmd("PING");
         let fut = async {
-            match &mut conn {
-                Self::Single(c) => cmd.query_async::<Value>(c).await,
-                Self::Cluster(c) => cmd.query_async::<Value>(c).await,
+            match &mut client {
+                Client::Single(c) => cmd.query_async::<Value>(c).await,
+                Client::Cluster(c) => cmd.query_async::<Value>(c).await,
             }
         };
         let result = match tokio::time::timeout(timeout, fut).await {
@@ -123,12 +144,12 @@ impl Conn {
             Ok(Err(source)) => Err(StoreError::redis(op, source, timeout)),
             Err(_) => Err(StoreError::Timeout { op, timeout }),
         };
-        record(op, start, result.as_ref().err());
+        timed.done(result.as_ref().err());
         result
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Self::Cluster(_))
+        matches!(self.client, Client::Cluster(_))
     }
 }
 
@@ -161,38 +182,6 @@ fn parse_url(url: &str) -> (Vec<String>, bool) {
         .collect();
     let cluster = cluster || urls.len() > 1;
     (urls, cluster)
-}
-
-/// A Redis operation being timed for the store's metrics, from [`Timed::start`] to
-/// [`Timed::done`] (one latency sample, and the error if any).
-pub(crate) struct Timed {
-    op: &'static str,
-    start: Instant,
-}
-
-impl Timed {
-    pub(crate) fn start(op: &'static str) -> Self {
-        Self {
-            op,
-            start: Instant::now(),
-        }
-    }
-
-    pub(crate) fn done(self, err: Option<&StoreError>) {
-        record(self.op, self.start, err);
-    }
-}
-
-fn record(op: &'static str, start: Instant, err: Option<&StoreError>) {
-    metrics::histogram!("toolgate_store_latency_seconds", "op" => op)
-        .record(start.elapsed().as_secs_f64());
-    if let Some(e) = err {
-        count_error(op, e);
-    }
-}
-
-fn count_error(op: &'static str, e: &StoreError) {
-    metrics::counter!("toolgate_store_errors_total", "op" => op, "kind" => e.kind()).increment(1);
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ mod gate;
 mod grant;
 mod ids;
 mod keys;
+mod latency;
 mod lease;
 mod link;
 #[cfg(doctest)]

@@ -335,3 +335,53 @@ async fn a_queued_call_waits_at_most_the_timeout() {
     // 1 s with the fix; 1.2 s (the first call's last 0.2 s, then its own 1 s) without.
     assert!(took < Duration::from_millis(1150), "{took:?}");
 }
+
+/// Issue #18: the callers of one batch keep their own deadlines (their arrival plus
+/// the store's timeout) with one timer per round trip: behind a hung round trip, the
+/// first queued caller is answered a timeout at its own deadline, and the second,
+/// still within its own when Redis answers again, gets its decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_caller_of_a_batch_keeps_its_own_deadline() {
+    if !redis_available() {
+        return;
+    }
+    let _heavy = HEAVY.lock().await;
+    let server = RedisServer::start();
+    let policy = Policy::from_toml_str("[tools.t]\nrate = \"1000/s\"").expect("valid");
+    let store = store(&server.url(), &prefix("own-deadline"), "timeout = \"1s\"");
+    let engine = toolgate_redis::engine(policy, &store)
+        .await
+        .expect("connect");
+    assert!(engine.admit_now(&Call::new("t")).await.is_ok(), "warm-up");
+    let start = std::time::Instant::now();
+    server.pause(true);
+    let call_at = |delay: u64| {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let arrived = std::time::Instant::now();
+            let out = engine.admit_now(&Call::new("t")).await;
+            (out.map(drop), arrived.elapsed())
+        })
+    };
+    // In flight from 0 ms (deadline 1 s); queued at 100 ms (deadline 1.1 s) and at
+    // 700 ms (deadline 1.7 s); Redis answers again at 1.4 s.
+    let first = call_at(0);
+    let early = call_at(100);
+    let late = call_at(700);
+    tokio::time::sleep(Duration::from_millis(1400).saturating_sub(start.elapsed())).await;
+    server.pause(false);
+    let (first, _) = first.await.expect("first call");
+    assert!(first.is_err(), "the call in flight timed out");
+    let (early, took) = early.await.expect("early call");
+    let no = early.expect_err("past its deadline before Redis answered");
+    assert!(no.is_store_unavailable(), "{no:?}");
+    // Its own timeout, not the batch's: about 1 s from its arrival.
+    assert!(took >= Duration::from_millis(950), "{took:?}");
+    assert!(took < Duration::from_millis(1300), "{took:?}");
+    let (late, took) = late.await.expect("late call");
+    assert!(
+        late.is_ok(),
+        "answered within its own deadline: {late:?} after {took:?}"
+    );
+}
