@@ -135,6 +135,7 @@ mod clock;
 mod lanes;
 pub mod shaping;
 mod sync;
+mod tenant_hash;
 mod vocab;
 mod words;
 

@@ -10,7 +10,6 @@
 //! in a bounded map ([`TenantSignals`]), so a flood of tenants cannot exhaust memory.
 
 use std::collections::BTreeSet;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashMap;
@@ -18,6 +17,7 @@ use hashbrown::HashMap;
 use crate::clock::{nanos, Nanos};
 use crate::shaping::ServerLimit;
 use crate::sync::Mutex;
+use crate::tenant_hash::TenantHasher;
 
 /// The upstream's pause and spreading for one tool (or one tenant of it).
 #[derive(Debug, Default)]
@@ -53,7 +53,9 @@ pub(crate) struct Shift {
 /// The signals of each tenant of a per-tenant tool, at most `cap` of them.
 #[derive(Debug)]
 pub(crate) struct TenantSignals {
-    hasher: hashbrown::DefaultHashBuilder,
+    /// The process's tenant hasher, kept here (every copy hashes alike: a tenant's
+    /// key is the hash its partitions find it by).
+    hasher: TenantHasher,
     /// The latest end of any tenant's pause or spreading: while it is past, no tenant
     /// has a gate in force and calls skip the lock.
     latest: AtomicU64,
@@ -238,7 +240,7 @@ impl TenantSignals {
     /// Signals for at most `cap` tenants at once.
     pub(crate) fn new(cap: usize) -> Self {
         Self {
-            hasher: hashbrown::DefaultHashBuilder::default(),
+            hasher: TenantHasher::get(),
             latest: AtomicU64::new(0),
             entries: Mutex::new(Entries {
                 cap: cap.max(1),
@@ -252,10 +254,17 @@ impl TenantSignals {
         self.entries.lock().cap = cap.max(1);
     }
 
-    /// The key of `tenant`: a 64-bit hash, keyed with a seed of this map's own (a
-    /// flood of tenant ids cannot aim at one key), never 0.
+    /// The key of `tenant`: its 64-bit hash, keyed with the process's seed (a flood
+    /// of tenant ids cannot aim at one key, [`TenantHasher`]), never 0.
     pub(crate) fn key(&self, tenant: &str) -> u64 {
-        self.hasher.hash_one(tenant).max(1)
+        Self::key_of(self.hasher.hash(tenant))
+    }
+
+    /// The key of the tenant whose hash ([`TenantHasher`]) is `hash` (as its
+    /// partition was found by it).
+    #[inline]
+    pub(crate) fn key_of(hash: u64) -> u64 {
+        hash.max(1)
     }
 
     /// Whether no tenant has a gate in force at `now` (read without the lock).

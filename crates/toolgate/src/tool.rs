@@ -84,20 +84,20 @@ impl ToolRuntime {
     }
 
     /// A call no gate has a say on, decided without the gates: decided in the
-    /// tenant's slot on a per-tenant bucket (`Ok(true)`: admitted, the caller counts
-    /// it), or refused by the fast bucket's word (the time it conforms read off it,
-    /// as the general path would find it under the lock). `Ok(false)` when the
-    /// general path must decide. Out of line, so that the other tools' general path
-    /// stays as it was.
+    /// tenant's slot on a per-tenant bucket (`Ok(Some(hash))`: admitted, the caller
+    /// counts it; the tenant's hash, [`crate::tenant_hash::TenantHasher`]), or refused by
+    /// the fast bucket's word (the time it conforms read off it, as the general path
+    /// would find it under the lock). `Ok(None)` when the general path must decide.
+    /// Out of line, so that the other tools' general path stays as it was.
     #[inline(never)]
-    fn decide_quiet(&self, call: &Call<'_>, now: Nanos) -> Result<bool, Denial> {
+    fn decide_quiet(&self, call: &Call<'_>, now: Nanos) -> Result<Option<u64>, Denial> {
         let Some(bucket) = self.fast_bucket() else {
             return self.try_partition_inline(call, now);
         };
         let q = &self.quotas[0];
         match q.word_cost(call).and_then(|cost| bucket.refusal(cost, now)) {
             Some(at) => Err(self.refused_until(q, at, now)),
-            None => Ok(false),
+            None => Ok(None),
         }
     }
 
@@ -171,13 +171,13 @@ impl ToolRuntime {
         call: &Call<'_>,
         now: Nanos,
     ) -> Result<Option<Option<u64>>, Denial> {
-        // `Ok(false)` from `decide_quiet`: the general path decides.
-        if (self.fast.is_some() || self.has_tenant_slot())
-            && self.quiet(call, now)
-            && self.decide_quiet(call, now)?
-        {
-            self.on_admit(Duration::ZERO, call);
-            return Ok(Some(self.upstream.tenant_key(call.tenant)));
+        // `Ok(None)` from `decide_quiet`: the general path decides.
+        if (self.fast.is_some() || self.has_tenant_slot()) && self.quiet(call, now) {
+            if let Some(hash) = self.decide_quiet(call, now)? {
+                self.on_admit(Duration::ZERO, call);
+                // The tenant's signals are keyed by the hash its slot was found by.
+                return Ok(Some(self.upstream.tenant_key_of(hash)));
+            }
         }
         Ok(None)
     }
@@ -249,7 +249,7 @@ impl ToolRuntime {
     /// that the other tools' general path stays as it was.
     #[inline(never)]
     fn try_tenant_quota(&self, call: &Call<'_>, now: Nanos) -> Result<HeldParts, Denial> {
-        if self.try_partition_inline(call, now)? {
+        if self.try_partition_inline(call, now)?.is_some() {
             return Ok(HeldParts::new());
         }
         self.decide_one(call, now)
@@ -263,16 +263,16 @@ impl ToolRuntime {
     }
 
     /// A call whose one quota is a per-tenant request bucket, decided in the tenant's
-    /// slot ([`Quota::try_inline`]): `Ok(true)` when admitted (the caller counts
-    /// it), the denial the kernel would give, or `Ok(false)` when the general path
-    /// must decide.
+    /// slot ([`Quota::try_inline`]): `Ok(Some(hash))` when admitted (the caller counts
+    /// it; the tenant's hash, for its signals' key), the denial the kernel would give,
+    /// or `Ok(None)` when the general path must decide.
     #[inline]
-    fn try_partition_inline(&self, call: &Call<'_>, now: Nanos) -> Result<bool, Denial> {
+    fn try_partition_inline(&self, call: &Call<'_>, now: Nanos) -> Result<Option<u64>, Denial> {
         let q = &self.quotas[0];
         match q.try_inline(call, now) {
-            Ok(Inline::Admitted) => Ok(true),
-            Ok(Inline::Refused(at)) => Err(self.refused_until(q, at, now)),
-            Ok(Inline::General) => Ok(false),
+            Ok((Inline::Admitted, hash)) => Ok(Some(hash)),
+            Ok((Inline::Refused(at), _)) => Err(self.refused_until(q, at, now)),
+            Ok((Inline::General, _)) => Ok(None),
             Err(NoPartition::Full) => Err(self.no_plan(NoPlan::NoPartition(0), now)),
             Err(NoPartition::Retired) => Err(self.no_plan(NoPlan::Retired(0), now)),
         }

@@ -66,6 +66,15 @@ impl Upstream {
             .map(|ts| ts.key(tenant.unwrap_or("")))
     }
 
+    /// [`Upstream::tenant_key`] of the tenant whose hash is `hash` (as a call decided
+    /// in its tenant's slot has it), without hashing the tenant again.
+    #[inline]
+    pub(crate) fn tenant_key_of(&self, hash: u64) -> Option<u64> {
+        self.tenant_signals
+            .as_ref()
+            .map(|_| TenantSignals::key_of(hash))
+    }
+
     /// Whether no tenant's own pause or spreading is in force at `now` (always, on
     /// a tool whose signals are not per tenant).
     #[inline]

@@ -12,8 +12,7 @@
 //! The partitions keep instances of a quota (`C`: in the engine, its cells) and ask
 //! of them only to be made afresh and to say whether they are idle ([`Instance`]).
 
-use std::hash::BuildHasher;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -21,10 +20,13 @@ use super::def::{Kind, QuotaDef};
 use crate::clock::Nanos;
 use crate::rate::{Gcra, Tat, WordCharge, WordForm};
 use crate::sync::Mutex;
+use crate::tenant_hash::TenantHasher;
 use crate::vocab::CostOf;
 
+mod home;
 mod tenant;
 
+pub(crate) use home::Home;
 use tenant::{Entry, EntryRef, Tenant};
 
 const SHARDS: usize = 16;
@@ -73,7 +75,8 @@ pub(crate) trait Instance {
 pub(crate) struct Partitions<C> {
     shards: Box<[Mutex<Shard<C>>]>,
     per_shard_max: usize,
-    hasher: hashbrown::DefaultHashBuilder,
+    /// The process's tenant hasher, kept here (every copy hashes alike).
+    hasher: TenantHasher,
     /// The quota's bucket and its one-word form, when it is an enforced request
     /// bucket that has one: its tenants' state can then be kept in their slots.
     inline: Option<InlineForm>,
@@ -97,16 +100,6 @@ pub(crate) enum Inline {
     /// The tenant's state is a whole instance (or has no one-word form): the
     /// general path decides on it.
     General,
-}
-
-/// Where a quota's tenant partitions live now. Every generation of one quota's
-/// partitions shares it (a reload that converts them hands it on), so that a token
-/// difference that comes late to a partition a reload retired finds the tenant's
-/// partition under the policy in force, even after the partition it was converted
-/// into is gone (evicted once idle, or replaced by a further reload).
-#[derive(Debug)]
-pub(crate) struct Home<C> {
-    current: Mutex<Option<(Weak<Partitions<C>>, QuotaDef)>>,
 }
 
 #[derive(Debug)]
@@ -162,7 +155,7 @@ impl<C: Instance> Partitions<C> {
         Self {
             shards,
             per_shard_max: (max / n).max(1),
-            hasher: hashbrown::DefaultHashBuilder::default(),
+            hasher: TenantHasher::get(),
             inline,
             home: Arc::default(),
         }
@@ -172,7 +165,7 @@ impl<C: Instance> Partitions<C> {
     /// (defined by `def`).
     pub(crate) fn install(self, def: &QuotaDef) -> Arc<Self> {
         let parts = Arc::new(self);
-        *parts.home.current.lock() = Some((Arc::downgrade(&parts), def.clone()));
+        parts.home.set(&parts, def);
         parts
     }
 
@@ -181,13 +174,33 @@ impl<C: Instance> Partitions<C> {
         &self.home
     }
 
-    /// The hash of `key` and the shard it lives in (one hash serves both).
+    /// The hash of `key` ([`TenantHasher`]) and the shard it lives in (one hash
+    /// serves both).
     #[inline]
     fn locate(&self, key: &str) -> (u64, &Mutex<Shard<C>>) {
-        let hash = self.hasher.hash_one(key);
+        let hash = self.hasher.hash(key);
+        (hash, self.shard(hash))
+    }
+
+    /// The hash of tenant `key` ([`TenantHasher`], the same in every map).
+    #[inline]
+    pub(crate) fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash(key)
+    }
+
+    /// The shard of the tenant whose hash is `hash`.
+    #[inline]
+    fn shard(&self, hash: u64) -> &Mutex<Shard<C>> {
         // The number of shards is 1 or `SHARDS`, a power of two.
         let i = (hash >> SHARD_BITS_AT) as usize & (self.shards.len() - 1);
-        (hash, &self.shards[i])
+        &self.shards[i]
+    }
+
+    /// Whether the tenants of these partitions can be decided in their slots
+    /// ([`Partitions::charge_inline`]).
+    #[inline]
+    pub(crate) fn has_inline(&self) -> bool {
+        self.inline.is_some()
     }
 
     /// The instance of `key`, created from `def` if absent, or taken out of its slot.
@@ -210,11 +223,13 @@ impl<C: Instance> Partitions<C> {
     /// partition if it has none: the same decision and charge as the general path's
     /// on the instance (GCRA in the word's units, which are exact), without taking it
     /// out of the slot. [`Inline::General`] when the tenant's state is a whole
-    /// instance, or the quota's has no one-word form.
+    /// instance, or the quota's has no one-word form. `hash` is the key's
+    /// ([`Partitions::hash`]), which the caller keeps for the tenant's signals.
     #[inline]
     pub(crate) fn charge_inline(
         &self,
         key: &str,
+        hash: u64,
         def: &QuotaDef,
         cost: u64,
         now: Nanos,
@@ -225,8 +240,7 @@ impl<C: Instance> Partitions<C> {
         let Some(charge) = inline.form.prepare(cost, now) else {
             return Ok(Inline::General);
         };
-        let (hash, shard) = self.locate(key);
-        let mut shard = shard.lock();
+        let mut shard = self.shard(hash).lock();
         if let Some(tenant) = shard.find_mut(hash, key) {
             return Ok(inline.decide(tenant, charge, cost, now));
         }
@@ -332,8 +346,8 @@ impl<C: Instance> Partitions<C> {
 
     /// The same partitions with each instance converted (policy reload) into
     /// partitions of `def`. Each goes into the shard the new partitions look it up
-    /// in: their hasher and their number of shards (which follows
-    /// `def.max_partitions`) both differ from these. Each shard here is retired in
+    /// in: their number of shards (which follows `def.max_partitions`) may differ
+    /// from these (the hash of a key is the same in every map, [`TenantHasher`]). Each shard here is retired in
     /// the same step, so a call still on the old policy cannot create a partition
     /// the new one would not see: it starts over instead. A tenant kept in its slot
     /// is taken out of it first (so that a late call on the old policy finds its
@@ -367,32 +381,6 @@ impl<C: Instance> Partitions<C> {
     }
 }
 
-// === impl Home ===
-
-impl<C> Default for Home<C> {
-    fn default() -> Self {
-        Self {
-            current: Mutex::new(None),
-        }
-    }
-}
-
-impl<C: Instance> Home<C> {
-    /// The partition of tenant `key` under the policy in force, with its definition:
-    /// created afresh if it was evicted, as a call would create it. `None` when the
-    /// quota is no longer partitioned in force, or no partition can be had now (all
-    /// busy, or a reload is replacing them).
-    pub(crate) fn partition(&self, key: &str, now: Nanos) -> Option<(Arc<C>, QuotaDef)> {
-        let (parts, def) = {
-            let current = self.current.lock();
-            let (parts, def) = current.as_ref()?;
-            (parts.upgrade()?, def.clone())
-        };
-        let cell = parts.get(key, &def, now).ok()?;
-        Some((cell, def))
-    }
-}
-
 // === impl Shard ===
 
 impl<C: Instance> Shard<C> {
@@ -410,10 +398,10 @@ impl<C: Instance> Shard<C> {
         hash: u64,
         key: &str,
         entry: Entry<C>,
-        hasher: &hashbrown::DefaultHashBuilder,
+        hasher: &TenantHasher,
     ) -> &mut Tenant<C> {
         self.map
-            .insert_unique(hash, Tenant::new(key, entry), |t| hasher.hash_one(t.key()))
+            .insert_unique(hash, Tenant::new(key, entry), |t| hasher.hash(t.key()))
             .into_mut()
     }
 

@@ -103,14 +103,25 @@ impl Quota {
 
     /// Decides `call` on this quota in its tenant's slot (`Partitions::charge_inline`),
     /// where it can be decided there: a per-tenant enforced request bucket (its
-    /// partitions say), at a [`Quota::word_cost`]. [`Inline::General`] when the
-    /// general path must decide.
+    /// partitions say), at a [`Quota::word_cost`], with the tenant's hash
+    /// ([`Partitions::hash`], which keys its signals too). [`Inline::General`] (and no
+    /// hash, 0) when the general path must decide.
     #[inline]
-    pub(crate) fn try_inline(&self, call: &Call<'_>, now: Nanos) -> Result<Inline, NoPartition> {
+    pub(crate) fn try_inline(
+        &self,
+        call: &Call<'_>,
+        now: Nanos,
+    ) -> Result<(Inline, u64), NoPartition> {
         let (Slot::Partitioned(parts), Some(cost)) = (&self.slot, self.word_cost(call)) else {
-            return Ok(Inline::General);
+            return Ok((Inline::General, 0));
         };
-        parts.charge_inline(call.tenant.unwrap_or(""), &self.def, cost, now)
+        if !parts.has_inline() {
+            return Ok((Inline::General, 0));
+        }
+        let key = call.tenant.unwrap_or("");
+        let hash = parts.hash(key);
+        let inline = parts.charge_inline(key, hash, &self.def, cost, now)?;
+        Ok((inline, hash))
     }
 
     /// What `call` costs on this quota where a bucket's one-word form (the fast

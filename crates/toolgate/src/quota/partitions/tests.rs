@@ -43,14 +43,14 @@ fn idle_partitions_are_evicted_and_busy_ones_are_kept() {
     assert_eq!(parts.len(), 0);
 }
 
-/// Offers `tenants` new busy tenants to partitions capped at `max`; how many
-/// got a partition.
-fn fill(max: usize, tenants: usize) -> (Partitions<Cell>, usize) {
+/// Offers `tenants` new busy tenants (named after `round`) to partitions capped at
+/// `max`; how many got a partition.
+fn fill(max: usize, tenants: usize, round: usize) -> (Partitions<Cell>, usize) {
     let def = def();
     let parts = Partitions::<Cell>::new(&capped(max));
     let mut admitted = 0;
     for i in 0..tenants {
-        match parts.get(&format!("t{i}"), &def, 0) {
+        match parts.get(&format!("t{round}-{i}"), &def, 0) {
             Ok(cell) => {
                 cell.lock().charge(&def, 1, 0);
                 admitted += 1;
@@ -65,10 +65,10 @@ fn fill(max: usize, tenants: usize) -> (Partitions<Cell>, usize) {
 
 #[test]
 fn a_small_cap_is_exact_whatever_the_tenants_hash_to() {
-    // Each map hashes with a seed of its own: many maps, many layouts.
+    // Every map hashes with the process's seed: other names, other layouts.
     for max in [1, 2, 3, 5, 64, SHARDS * MIN_PER_SHARD - 1] {
-        for _ in 0..20 {
-            let (parts, admitted) = fill(max, max + 10);
+        for round in 0..20 {
+            let (parts, admitted) = fill(max, max + 10, round);
             assert_eq!(admitted, max, "cap {max}");
             // Once they are idle, new tenants get in again.
             assert!(parts.get("newcomer", &def(), 1_000_000_000).is_ok());
@@ -79,7 +79,7 @@ fn a_small_cap_is_exact_whatever_the_tenants_hash_to() {
 #[test]
 fn a_large_cap_is_never_exceeded_and_nearly_reached() {
     let max = SHARDS * MIN_PER_SHARD * 2;
-    let (parts, admitted) = fill(max, max * 2);
+    let (parts, admitted) = fill(max, max * 2, 0);
     assert!(admitted <= max, "{admitted} partitions, cap {max}");
     // Spread evenly enough over the shards that refusals begin late.
     assert!(admitted >= max * 9 / 10, "{admitted} of {max}");
@@ -219,7 +219,7 @@ proptest! {
                         at => Inline::Refused(at),
                     };
                     let got = match op {
-                        Op::Inline { .. } => match parts.charge_inline(&key, &def, cost, now) {
+                        Op::Inline { .. } => match parts.charge_inline(&key, parts.hash(&key), &def, cost, now) {
                             Ok(Inline::General) => on_instance(&parts, &key, &def, cost, now),
                             Ok(d) => d,
                             Err(e) => panic!("{e:?}"),
@@ -254,7 +254,10 @@ proptest! {
 fn a_tenant_in_its_slot_is_taken_out_for_the_general_path_and_put_back_by_a_sweep() {
     let def = bucket(1, 1_000_000_000, 2);
     let parts = Partitions::<Cell>::new(&def);
-    assert_eq!(parts.charge_inline("a", &def, 1, 0), Ok(Inline::Admitted));
+    assert_eq!(
+        parts.charge_inline("a", parts.hash("a"), &def, 1, 0),
+        Ok(Inline::Admitted)
+    );
     assert!(in_slot(&parts, "a"));
     // Peeking reads a copy and leaves the tenant in its slot.
     let copy = parts.peek("a").unwrap_or_else(|| panic!("absent"));
@@ -267,7 +270,10 @@ fn a_tenant_in_its_slot_is_taken_out_for_the_general_path_and_put_back_by_a_swee
         .get("a", &def, 0)
         .unwrap_or_else(|_| panic!("no partition"));
     assert!(!in_slot(&parts, "a"));
-    assert_eq!(parts.charge_inline("a", &def, 1, 0), Ok(Inline::General));
+    assert_eq!(
+        parts.charge_inline("a", parts.hash("a"), &def, 1, 0),
+        Ok(Inline::General)
+    );
     assert_eq!(cell.lock().limiter.available(&def, 0), 1);
     cell.lock().charge(&def, 1, 0);
     assert_eq!(parts.available("a", &def, 0), Some(0));
@@ -276,19 +282,22 @@ fn a_tenant_in_its_slot_is_taken_out_for_the_general_path_and_put_back_by_a_swee
     parts.sweep(&def, 0);
     assert!(in_slot(&parts, "a"));
     assert_eq!(
-        parts.charge_inline("a", &def, 1, 0),
+        parts.charge_inline("a", parts.hash("a"), &def, 1, 0),
         Ok(Inline::Refused(1_000_000_000))
     );
     // A cap counts tenants in their slots too; idle ones make room.
     let small = bucket(1, 1_000_000_000, 1).partitioned(true, 1);
     let parts = Partitions::<Cell>::new(&small);
-    assert_eq!(parts.charge_inline("a", &small, 1, 0), Ok(Inline::Admitted));
     assert_eq!(
-        parts.charge_inline("b", &small, 1, 0),
+        parts.charge_inline("a", parts.hash("a"), &small, 1, 0),
+        Ok(Inline::Admitted)
+    );
+    assert_eq!(
+        parts.charge_inline("b", parts.hash("b"), &small, 1, 0),
         Err(NoPartition::Full)
     );
     assert_eq!(
-        parts.charge_inline("b", &small, 1, 1_000_000_000),
+        parts.charge_inline("b", parts.hash("b"), &small, 1, 1_000_000_000),
         Ok(Inline::Admitted)
     );
     assert_eq!(parts.len(), 1);
@@ -298,7 +307,10 @@ fn a_tenant_in_its_slot_is_taken_out_for_the_general_path_and_put_back_by_a_swee
 fn a_reload_takes_tenants_out_of_the_old_slots_and_puts_converted_ones_in_new_slots() {
     let def = bucket(1, 1_000_000_000, 2);
     let old = Partitions::<Cell>::new(&def);
-    assert_eq!(old.charge_inline("a", &def, 1, 0), Ok(Inline::Admitted));
+    assert_eq!(
+        old.charge_inline("a", old.hash("a"), &def, 1, 0),
+        Ok(Inline::Admitted)
+    );
     let new = old.converted(&def, |_, c| {
         let tat = c.bucket_state().unwrap_or_else(|| panic!("not a bucket"));
         Arc::new(Cell::of_bucket(tat))
@@ -306,15 +318,21 @@ fn a_reload_takes_tenants_out_of_the_old_slots_and_puts_converted_ones_in_new_sl
     // The old map keeps a whole instance, which a reload would have retired; the new
     // one keeps the state in the slot.
     assert!(!in_slot(&old, "a"));
-    assert_eq!(old.charge_inline("a", &def, 1, 0), Ok(Inline::General));
     assert_eq!(
-        old.charge_inline("b", &def, 1, 0),
+        old.charge_inline("a", old.hash("a"), &def, 1, 0),
+        Ok(Inline::General)
+    );
+    assert_eq!(
+        old.charge_inline("b", old.hash("b"), &def, 1, 0),
         Err(NoPartition::Retired)
     );
     assert!(in_slot(&new, "a"));
-    assert_eq!(new.charge_inline("a", &def, 1, 0), Ok(Inline::Admitted));
     assert_eq!(
-        new.charge_inline("a", &def, 1, 0),
+        new.charge_inline("a", new.hash("a"), &def, 1, 0),
+        Ok(Inline::Admitted)
+    );
+    assert_eq!(
+        new.charge_inline("a", new.hash("a"), &def, 1, 0),
         Ok(Inline::Refused(1_000_000_000))
     );
 }
