@@ -256,7 +256,10 @@ impl Coalescer {
 
     /// One group's round trip, with one timer: each caller is answered the decision
     /// if Redis answers by its deadline, else a timeout at its deadline; the round
-    /// trip is given up when every caller has been answered.
+    /// trip is given up when every caller has been answered. The groups of a lane are
+    /// in arrival order and every deadline is an arrival plus the same timeout, so a
+    /// later group's callers have later deadlines than this group's: none of them is
+    /// past its deadline while this group's round trip runs.
     async fn run_group(&self, g: Group) {
         let mut txs: Vec<Option<Answer>> = g.txs.into_iter().map(Some).collect();
         let trip = self.round_trip(&g.now, &g.key, g.den, &g.runs);
