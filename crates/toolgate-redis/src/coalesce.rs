@@ -75,15 +75,15 @@ struct Pending {
 }
 
 /// Consecutive calls on one bucket with the same time argument: one script run.
-/// `txs` and `deadlines` are its callers', in order (one per call of its runs).
+/// `callers` are its callers in order (one per call of its runs): where each answer
+/// goes (`None` once answered) and each caller's deadline.
 #[derive(Debug)]
 struct Group {
     now: String,
     key: Arc<str>,
     den: u64,
     runs: Vec<(Costs, u64)>,
-    txs: Vec<Answer>,
-    deadlines: Vec<Instant>,
+    callers: Vec<(Option<Answer>, Instant)>,
 }
 
 /// Whether a call goes out at once (with what it asks) or waits in the queue for
@@ -261,10 +261,10 @@ impl Coalescer {
     /// later group's callers have later deadlines than this group's: none of them is
     /// past its deadline while this group's round trip runs.
     async fn run_group(&self, g: Group) {
-        let mut txs: Vec<Option<Answer>> = g.txs.into_iter().map(Some).collect();
+        let mut callers = g.callers;
         let trip = self.round_trip(&g.now, &g.key, g.den, &g.runs);
         tokio::pin!(trip);
-        let Some(first) = earliest(&txs, &g.deadlines) else {
+        let Some(first) = earliest(&callers) else {
             return;
         };
         let timer = tokio::time::sleep_until(first);
@@ -277,26 +277,26 @@ impl Coalescer {
                     // checks it), so one per caller, in order.
                     match result {
                         Ok(ds) => {
-                            for (tx, d) in txs.into_iter().zip(ds) {
+                            for ((tx, _), d) in callers.into_iter().zip(ds) {
                                 if let Some(tx) = tx {
                                     let _ = tx.send(Ok(d));
                                 }
                             }
                         }
-                        Err(e) => answer_all(txs.into_iter().flatten(), &e),
+                        Err(e) => answer_all(callers.into_iter().filter_map(|(tx, _)| tx), &e),
                     }
                     return;
                 }
                 () = &mut timer => {
                     let now = Instant::now();
-                    for (tx, d) in txs.iter_mut().zip(&g.deadlines) {
-                        if *d <= now {
+                    for (tx, deadline) in &mut callers {
+                        if *deadline <= now {
                             if let Some(tx) = tx.take() {
                                 let _ = tx.send(Err(self.timed_out()));
                             }
                         }
                     }
-                    match earliest(&txs, &g.deadlines) {
+                    match earliest(&callers) {
                         Some(next) => timer.as_mut().reset(next),
                         None => return,
                     }
@@ -307,9 +307,9 @@ impl Coalescer {
 }
 
 /// The earliest deadline of the callers still waiting.
-fn earliest(txs: &[Option<Answer>], deadlines: &[Instant]) -> Option<Instant> {
-    txs.iter()
-        .zip(deadlines)
+fn earliest(callers: &[(Option<Answer>, Instant)]) -> Option<Instant> {
+    callers
+        .iter()
         .filter(|(tx, _)| tx.is_some())
         .map(|(_, d)| *d)
         .min()
@@ -353,8 +353,7 @@ fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
                 key: p.call.key,
                 den: p.call.den,
                 runs: Vec::new(),
-                txs: Vec::new(),
-                deadlines: Vec::new(),
+                callers: Vec::new(),
             });
         }
         let Some(g) = lane.last_mut() else { continue };
@@ -362,8 +361,7 @@ fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
             Some((c, n)) if *c == p.call.costs => *n += 1,
             _ => g.runs.push((p.call.costs, 1)),
         }
-        g.txs.push(p.tx);
-        g.deadlines.push(p.deadline);
+        g.callers.push((Some(p.tx), p.deadline));
     }
     lanes
 }

@@ -20,6 +20,7 @@ use crate::error::StoreError;
 
 /// `toolgate_store_latency_seconds` of the operations a connection runs on every
 /// call, registered once.
+#[derive(Debug)]
 pub(crate) struct Latency {
     admit: Histogram,
     release: Histogram,
@@ -70,12 +71,6 @@ impl Latency {
             }
         };
         h.record(seconds);
-    }
-}
-
-impl std::fmt::Debug for Latency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Latency")
     }
 }
 

@@ -303,6 +303,20 @@ async fn a_caller_dropped_while_queued_is_not_charged() {
     assert_eq!(no.reason(), Reason::RateLimited);
 }
 
+/// A Redis server of its own and an engine on it (key prefix after `name`, a store
+/// timeout of 1 s) for tool `t` at 1000/s, warmed up by one admission: for the tests
+/// that hang the server while calls wait.
+async fn one_second_store(name: &str) -> (RedisServer, toolgate::Engine) {
+    let server = RedisServer::start();
+    let policy = Policy::from_toml_str("[tools.t]\nrate = \"1000/s\"").expect("valid");
+    let store = store(&server.url(), &prefix(name), "timeout = \"1s\"");
+    let engine = toolgate_redis::engine(policy, &store)
+        .await
+        .expect("connect");
+    assert!(engine.admit_now(&Call::new("t")).await.is_ok(), "warm-up");
+    (server, engine)
+}
+
 /// Issue #18: a call that queues behind a round trip in flight still waits at most
 /// the store's timeout from its own arrival (as an uncoalesced call), not the rest
 /// of the other's round trip and then its own.
@@ -312,13 +326,7 @@ async fn a_queued_call_waits_at_most_the_timeout() {
         return;
     }
     let _heavy = HEAVY.lock().await;
-    let server = RedisServer::start();
-    let policy = Policy::from_toml_str("[tools.t]\nrate = \"1000/s\"").expect("valid");
-    let store = store(&server.url(), &prefix("queued-timeout"), "timeout = \"1s\"");
-    let engine = toolgate_redis::engine(policy, &store)
-        .await
-        .expect("connect");
-    assert!(engine.admit_now(&Call::new("t")).await.is_ok(), "warm-up");
+    let (server, engine) = one_second_store("queued-timeout").await;
     server.pause(true);
     let first = {
         let engine = engine.clone();
@@ -346,13 +354,7 @@ async fn each_caller_of_a_batch_keeps_its_own_deadline() {
         return;
     }
     let _heavy = HEAVY.lock().await;
-    let server = RedisServer::start();
-    let policy = Policy::from_toml_str("[tools.t]\nrate = \"1000/s\"").expect("valid");
-    let store = store(&server.url(), &prefix("own-deadline"), "timeout = \"1s\"");
-    let engine = toolgate_redis::engine(policy, &store)
-        .await
-        .expect("connect");
-    assert!(engine.admit_now(&Call::new("t")).await.is_ok(), "warm-up");
+    let (server, engine) = one_second_store("own-deadline").await;
     let start = std::time::Instant::now();
     server.pause(true);
     let call_at = |delay: u64| {
