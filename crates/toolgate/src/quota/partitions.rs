@@ -178,7 +178,7 @@ impl<C: Instance> Partitions<C> {
     /// serves both).
     #[inline]
     fn locate(&self, key: &str) -> (u64, &Mutex<Shard<C>>) {
-        let hash = self.hasher.hash(key);
+        let hash = self.hash(key);
         (hash, self.shard(hash))
     }
 
@@ -347,12 +347,12 @@ impl<C: Instance> Partitions<C> {
     /// The same partitions with each instance converted (policy reload) into
     /// partitions of `def`. Each goes into the shard the new partitions look it up
     /// in: their number of shards (which follows `def.max_partitions`) may differ
-    /// from these (the hash of a key is the same in every map, [`TenantHasher`]). Each shard here is retired in
-    /// the same step, so a call still on the old policy cannot create a partition
-    /// the new one would not see: it starts over instead. A tenant kept in its slot
-    /// is taken out of it first (so that a late call on the old policy finds its
-    /// instance retired), and a converted instance that can live in a slot goes
-    /// into one.
+    /// from these (the hash of a key is the same in every map, [`TenantHasher`]).
+    /// Each shard here is retired in the same step, so a call still on the old
+    /// policy cannot create a partition the new one would not see: it starts over
+    /// instead. A tenant kept in its slot is taken out of it first (so that a late
+    /// call on the old policy finds its instance retired), and a converted instance
+    /// that can live in a slot goes into one.
     pub(crate) fn converted(&self, def: &QuotaDef, convert: impl Fn(&str, &C) -> Arc<C>) -> Self {
         let new = Self {
             home: self.home.clone(),
