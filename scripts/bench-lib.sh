@@ -1,0 +1,65 @@
+# Shared pieces of the benchmark scripts (sourced, not run): wrk, a redis-server of
+# the script's own on a free port, a server started on an ephemeral port, a process's
+# CPU time and a median. Each script keeps its own `pids` array (every process started
+# here is added to it) and kills them on exit.
+
+# Installs wrk when missing (apt-get, as root) and fails loudly if it still is.
+bench_need_wrk() {
+  if ! command -v wrk >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+  fi
+  command -v wrk >/dev/null 2>&1 || { echo "$0: wrk is missing (apt-get install wrk)" >&2; exit 1; }
+}
+
+# A free TCP port on loopback.
+bench_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Installs redis-server and redis-cli when missing (scripts/install-redis-server)
+# and fails loudly if they still are.
+bench_need_redis() {
+  bash scripts/install-redis-server
+  local tool
+  for tool in redis-server redis-cli; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "$0: $tool is missing" >&2; exit 1; }
+  done
+}
+
+# bench_start_redis DIR: a redis-server that keeps nothing on disk, on a free port,
+# its files in DIR; sets $redis_port and $redis_pid once it answers.
+bench_start_redis() {
+  bench_need_redis
+  redis_port=$(bench_free_port)
+  mkdir -p "$1"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$1" >/dev/null &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "$0: redis-server did not start" >&2; exit 1
+}
+
+# bench_start WORK NAME CMD...: runs CMD (a server that prints its http:// address),
+# output in WORK/NAME.out and WORK/NAME.err; sets $addr and $spid once it listens.
+bench_start() {
+  local work=$1 name=$2; shift 2
+  "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  spid=$!
+  pids+=("$spid")
+  for _ in $(seq 1 200); do
+    addr=$(grep -o 'http://[0-9.:]*' "$work/$name.out" | head -1 || true)
+    [ -n "$addr" ] && return 0
+    sleep 0.05
+  done
+  echo "$0: $name did not start: $(cat "$work/$name.err")" >&2; exit 1
+}
+
+# bench_cpu PID: the process's user + system time so far, in clock ticks.
+bench_cpu() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+# The median of the numbers on stdin, one per line.
+bench_median() {
+  sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
