@@ -317,7 +317,9 @@ impl Engine {
     }
 
     /// The live state of `tool` (of `tenant`'s partitions, when given) as a dict, or
-    /// `None` for a tool without a policy.
+    /// `None` for a tool without a policy. On a shared store, what each quota has
+    /// left is read from the store (a round trip bounded by its timeout, without the
+    /// GIL; `None` figures when it does not answer).
     #[pyo3(signature = (tool, tenant = None))]
     fn tool_state<'py>(
         &self,
@@ -325,7 +327,13 @@ impl Engine {
         tool: &str,
         tenant: Option<&str>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(s) = self.engine.tool_state(tool, tenant) else {
+        let state = if self.shared {
+            let engine = &self.engine;
+            py.detach(|| crate::store::block_on(engine.fetch_tool_state(tool, tenant)))?
+        } else {
+            self.engine.tool_state(tool, tenant)
+        };
+        let Some(s) = state else {
             return Ok(None);
         };
         let d = PyDict::new(py);

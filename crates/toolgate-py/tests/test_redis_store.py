@@ -179,3 +179,20 @@ def test_a_store_policy_used_in_a_child_after_fork_says_so(redis_url: str) -> No
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["child", "0", "parent", "True"], (out.stdout, out.stderr)
+
+
+def test_state_on_redis_reads_what_the_shared_quota_has_left(redis_url: str) -> None:
+    # A tool and a database of its own: no other test has touched this quota.
+    limits = {"check_inventory": RateLimit(requests=3, per_seconds=60.0, burst=3)}
+    policy = ToolRateLimitPolicy(limits=limits, store=f"{redis_url}/2")
+    other = ToolRateLimitPolicy(limits=limits, store=f"{redis_url}/2")
+    before = other.state("check_inventory")
+    assert before is not None
+    quotas = [(q["quota"], q["kind"], q["capacity"], q["available"]) for q in before["quotas"]]
+    assert quotas == [("tools.check_inventory.rate", "rate", 3, 3)], before
+    assert isinstance(policy.try_admit("check_inventory"), Permit)
+    # The other policy (as another process would) sees the admission: the figure is
+    # Redis', and reading it twice charges nothing.
+    for _ in range(2):
+        after = other.state("check_inventory")
+        assert after is not None and after["quotas"][0]["available"] == 2, after

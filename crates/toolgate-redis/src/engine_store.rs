@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use toolgate::config::StoreConfig;
-use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
+use toolgate::store::{Level, QuotaStore, StoreFuture, StoreLease};
 use toolgate::{Call, Clock, Completion, Engine, Policy, Rejection, SystemClock};
 
 use crate::error::StoreError;
@@ -255,6 +255,31 @@ impl QuotaStore for RedisStore {
                 .await
             };
             permits.map(|ps| ps.into_iter().map(|p| self.lease(p)).collect())
+        })
+    }
+
+    fn levels<'a>(
+        &'a self,
+        tool: &'a str,
+        tenant: Option<&'a str>,
+    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
+        let gate = self.gate();
+        Box::pin(async move {
+            // While Redis is down, say so at once rather than wait out the timeout.
+            if gate.is_down() {
+                return Err("redis is not answering".to_string());
+            }
+            let levels = if tokio::runtime::Handle::try_current().is_ok() {
+                gate.levels(tool, tenant).await
+            } else {
+                let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
+                let task = async move { gate.levels(&tool, tenant.as_deref()).await };
+                match AbortOnDrop(self.handle.spawn(task)).await {
+                    Ok(levels) => levels,
+                    Err(e) => return Err(format!("redis peek task failed: {e}")),
+                }
+            };
+            levels.map_err(|e| e.to_string())
         })
     }
 

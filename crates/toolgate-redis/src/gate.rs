@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate::config::{OnLimit, StoreConfig, MAX_WAIT_LIMIT};
+use toolgate::store::Level;
 use toolgate::{Call, Clock, Policy, Reason, Rejection};
 
 use crate::admitted::permits;
@@ -23,6 +24,7 @@ use crate::batch::Batch;
 use crate::error::StoreError;
 use crate::fallback::Fallback;
 use crate::grant::Grants;
+use crate::keys::partition_key;
 use crate::link::Link;
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
@@ -108,6 +110,47 @@ impl Gate {
     /// setting.
     pub(crate) fn set_lease_ttl(&self, ttl: Duration) {
         self.link.set_lease_ttl(ttl);
+    }
+
+    /// Whether Redis is believed down (until a probe answers).
+    pub(crate) fn is_down(&self) -> bool {
+        self.link.is_down()
+    }
+
+    /// What each quota of `tool` has left in Redis now, by path (see
+    /// [`toolgate::store::QuotaStore::levels`]): one round trip that charges nothing.
+    /// With `tenant`, its partitions; without, partitioned quotas are left out. Empty
+    /// for a tool without a policy.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer within the store's timeout.
+    pub(crate) async fn levels(
+        &self,
+        tool: &str,
+        tenant: Option<&str>,
+    ) -> Result<Vec<Level>, StoreError> {
+        let Some(tool) = self.compiled.tool(tool) else {
+            return Ok(Vec::new());
+        };
+        let (paths, quotas): (Vec<_>, Vec<_>) = tool
+            .quotas
+            .iter()
+            .filter_map(|q| {
+                let key = match (q.spec.partition, tenant) {
+                    (None, _) => q.key.clone(),
+                    (Some(_), Some(t)) => partition_key(&q.key, t).into(),
+                    (Some(_), None) => return None,
+                };
+                Some((q.spec.path.clone(), (key, q.params)))
+            })
+            .unzip();
+        let left = self.link.peek(&quotas).await?;
+        Ok(paths
+            .into_iter()
+            .zip(left)
+            .map(|(path, n)| Level::new(path, n))
+            .collect())
     }
 
     /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.

@@ -26,7 +26,7 @@ use crate::lease::LeaseTtl;
 use crate::op::Op;
 use crate::plan::{live, Step};
 use crate::quota::Params;
-use crate::script::{BucketCall, Reply, Scripts};
+use crate::script::{parse_levels, BucketCall, Reply, Scripts};
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -204,6 +204,25 @@ impl Link {
         let inv = self.scripts.admit(&now, &live, id, max_wait_us, ttl);
         let value = self.conn.invoke("admit", &inv, self.timeout).await?;
         Reply::parse(value, live.len())
+    }
+
+    /// What each of `quotas` (a key and its parameters, all in one hash slot) has
+    /// left now: one round trip of `peek.lua`, bounded by the store's timeout, that
+    /// changes nothing in Redis.
+    ///
+    /// # Errors
+    ///
+    /// When Redis did not answer, or answered what the script never does.
+    pub(crate) async fn peek(&self, quotas: &[(Arc<str>, Params)]) -> Result<Vec<u64>, StoreError> {
+        if quotas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now_arg();
+        let inv = self
+            .scripts
+            .peek(&now, quotas.iter().map(|(k, p)| (&**k, *p)));
+        let value = self.conn.invoke("peek", &inv, self.timeout).await?;
+        parse_levels(&value, quotas.len())
     }
 
     /// Runs release operations in one round trip, bounded by the store's timeout.

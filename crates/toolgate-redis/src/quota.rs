@@ -221,6 +221,11 @@ impl Compiled {
         })
     }
 
+    /// The tool named `name`, if it has a policy.
+    pub(crate) fn tool(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.tools.get(name)
+    }
+
     /// The tool of `call`; `None` for an unknown tool that is allowed.
     ///
     /// # Errors

@@ -38,7 +38,7 @@ pub(crate) enum Decision {
     Denied { retry: i64 },
 }
 
-/// The three scripts, loaded into Redis on first use (EVALSHA, then EVAL on
+/// The four scripts, loaded into Redis on first use (EVALSHA, then EVAL on
 /// `NOSCRIPT`). Cheap to clone: a reload's gate keeps its predecessor's.
 #[derive(Debug, Clone)]
 pub(crate) struct Scripts {
@@ -46,6 +46,8 @@ pub(crate) struct Scripts {
     /// `admit.lua` specialised for one enforced bucket, now or never.
     admit_bucket: Script,
     release: Script,
+    /// What quotas have left, read only (`/v1/tools`).
+    peek: Script,
 }
 
 /// The admission script's answer.
@@ -72,6 +74,7 @@ impl Scripts {
             admit: Script::new(include_str!("scripts/admit.lua")),
             admit_bucket: Script::new(include_str!("scripts/admit_bucket.lua")),
             release: Script::new(include_str!("scripts/release.lua")),
+            peek: Script::new(include_str!("scripts/peek.lua")),
         }
     }
 
@@ -174,6 +177,43 @@ impl Scripts {
         }
         inv
     }
+
+    /// What each of `quotas` (a key and its parameters) has left at `now` (as for
+    /// [`Scripts::admit`]): `peek.lua`, which writes nothing.
+    pub(crate) fn peek<'k>(
+        &self,
+        now: &str,
+        quotas: impl IntoIterator<Item = (&'k str, Params)>,
+    ) -> ScriptInvocation<'_> {
+        let mut inv = self.peek.prepare_invoke();
+        inv.arg(now);
+        for (key, params) in quotas {
+            let [a, b, c, d] = params.args();
+            inv.key(key)
+                .arg(params.kind().to_string())
+                .arg(a)
+                .arg(b)
+                .arg(c)
+                .arg(d);
+        }
+        inv
+    }
+}
+
+/// Reads `peek.lua`'s reply for `n` quotas: what each has left, in order.
+///
+/// # Errors
+///
+/// [`StoreError::Reply`] for anything the script never returns.
+pub(crate) fn parse_levels(value: &redis::Value, n: usize) -> Result<Vec<u64>, StoreError> {
+    let levels: Vec<u64> = redis::from_redis_value_ref(value)
+        .ok()
+        .filter(|l: &Vec<u64>| l.len() == n)
+        .ok_or_else(|| StoreError::Reply {
+            op: "peek",
+            reply: format!("{value:?}"),
+        })?;
+    Ok(levels)
 }
 
 /// 2^53: below it, doubles (Lua's numbers) hold every integer exactly.

@@ -182,6 +182,17 @@ impl QuotaSpec {
         }
     }
 
+    /// Its kind as state snapshots name it: `rate`, `sliding`, `tokens` or
+    /// `concurrency` ([`crate::QuotaState::kind`]).
+    pub fn kind(&self) -> &'static str {
+        match (self.limit, self.cost_of) {
+            (Limit::Concurrency { .. }, _) => "concurrency",
+            (_, CostOf::Tokens) => "tokens",
+            (Limit::Sliding { .. }, _) => "sliding",
+            _ => "rate",
+        }
+    }
+
     /// What `call` costs here: its request count, or its token estimate.
     pub fn cost(&self, call: &Call<'_>) -> u64 {
         match self.cost_of {

@@ -357,6 +357,31 @@ impl Engine {
         crate::state::tool_state(&self.live, tool, tenant)
     }
 
+    /// As [`Engine::tool_state`], with what each quota has left read from the shared
+    /// store when there is one ([`QuotaStore::levels`]: one round trip, bounded by
+    /// the store's timeout, that charges nothing). The quotas are then those the
+    /// policy gives the tool (its own, then its pools'), plus an adaptive limit the
+    /// engine keeps itself; a quota whose figure the store did not give (it did not
+    /// answer, or the quota is partitioned and no tenant was given) has `available:
+    /// None`. The counters (`in_flight`, `admitted`, ...) stay this process's own.
+    /// Without a store, the same as [`Engine::tool_state`].
+    pub async fn fetch_tool_state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
+        let policy = self.live.compiled().policy.clone();
+        let state = self.tool_state(tool, tenant)?;
+        let Some(store) = self.store() else {
+            return Some(state);
+        };
+        let specs = crate::compile::tool_quotas(&policy, tool).unwrap_or_default();
+        let levels = match store.levels(tool, tenant).await {
+            Ok(levels) => levels,
+            Err(message) => {
+                tracing::warn!(%tool, %message, "the store gave no quota figures");
+                Vec::new()
+            }
+        };
+        Some(crate::state::with_levels(state, &specs, &levels))
+    }
+
     /// What quota `quota` (a config path such as `tools.lookup_customer.rate`) of
     /// `tool` has left now, for `tenant`'s partition when it is partitioned: the
     /// one figure of [`Engine::tool_state`] that a `RateLimit` response header needs,

@@ -4,8 +4,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::clock::Nanos;
+use crate::compile::QuotaSpec;
 use crate::live::Live;
 use crate::quota::{Cell, CostOf, Instance, Kind, Quota, Slot};
+use crate::store::Level;
 use crate::tool::ToolRuntime;
 use crate::vocab::{Mode, OnLimit};
 
@@ -169,6 +171,41 @@ fn snapshot(t: &ToolRuntime, tenant: Option<&str>, now: u64) -> ToolState {
         circuit: t.breaker.as_ref().map(|b| b.state()),
         adaptive_limit: t.adaptive.as_ref().map(|(a, _)| a.limit()),
     }
+}
+
+/// `state` with its quotas as a shared store keeps them: each of `specs` (the
+/// tool's quotas as the policy resolves them, its own then its pools'), with the
+/// figure `levels` gives it (`None` without one), then the quotas the engine keeps
+/// itself whose path the store does not have (an adaptive concurrency limit). The
+/// store's partitions and waiters are not counted here: `partitions` and `waiters`
+/// are `None` and 0.
+pub(crate) fn with_levels(
+    mut state: ToolState,
+    specs: &[QuotaSpec],
+    levels: &[Level],
+) -> ToolState {
+    let mut quotas: Vec<QuotaState> = specs
+        .iter()
+        .map(|spec| QuotaState {
+            quota: spec.path.to_string(),
+            kind: spec.kind(),
+            capacity: spec.capacity(),
+            available: levels
+                .iter()
+                .find(|l| l.quota == spec.path)
+                .map(|l| l.available.min(spec.capacity())),
+            waiters: 0,
+            partitions: None,
+            mode: spec.mode,
+        })
+        .collect();
+    let own = std::mem::take(&mut state.quotas);
+    quotas.extend(
+        own.into_iter()
+            .filter(|q| specs.iter().all(|s| *s.path != *q.quota)),
+    );
+    state.quotas = quotas;
+    state
 }
 
 /// The cell of `q` that `tenant`'s calls use, if it exists yet (a partition is

@@ -22,6 +22,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::Policy;
@@ -68,6 +69,26 @@ pub trait QuotaStore: Send + Sync + fmt::Debug + 'static {
         let _ = ttl;
     }
 
+    /// What each quota of `tool` has left in the store now, read without charging
+    /// anything: the figures of [`crate::Engine::fetch_tool_state`]. With `tenant`,
+    /// its partitions' figures; without, a partitioned quota is left out. A quota
+    /// left out of the answer has no figure (`available: None`).
+    ///
+    /// The default answers nothing: a store whose figures cannot be read.
+    ///
+    /// # Errors
+    ///
+    /// A message for logs when the store did not answer (the figures are then
+    /// unknown, not zero).
+    fn levels<'a>(
+        &'a self,
+        tool: &'a str,
+        tenant: Option<&'a str>,
+    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
+        let _ = (tool, tenant);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
     /// Puts a new policy in force in the store.
     ///
     /// # Errors
@@ -75,6 +96,27 @@ pub trait QuotaStore: Send + Sync + fmt::Debug + 'static {
     /// A message saying why the store cannot run `policy`; the old policy then stays
     /// in force.
     fn apply(&self, policy: &Policy) -> Result<(), String>;
+}
+
+/// What one quota has left in a store ([`QuotaStore::levels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Level {
+    /// The quota's config path, e.g. `tools.lookup_customer.rate`.
+    pub quota: Arc<str>,
+    /// What it has left now: tokens of a bucket, room in a sliding window, free
+    /// concurrency slots.
+    pub available: u64,
+}
+
+impl Level {
+    /// Quota `quota` has `available` left.
+    pub fn new(quota: impl Into<Arc<str>>, available: u64) -> Self {
+        Self {
+            quota: quota.into(),
+            available,
+        }
+    }
 }
 
 /// What a store keeps for an admitted call until it ends: concurrency leases, token

@@ -10,6 +10,10 @@
 //! shared quotas (which its `RateLimit` headers and refusals disclose anyway); no
 //! totals of admissions, refusals, calls in flight or waiting, partitions or leases.
 //!
+//! On a shared store, what each quota has left is read from the store (one
+//! read-only round trip per tool, [`toolgate::Engine::fetch_tool_state`]); the
+//! counters stay this replica's.
+//!
 //! With a tenant (`?tenant=`, which an admin token may set to any tenant, or a
 //! tenant token's own), the answer also carries `tenant_activity`: that tenant's own
 //! admissions, rejections by reason, calls waiting and wait percentiles on the tool
@@ -17,6 +21,7 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toolgate::config::{Mode, OnLimit};
@@ -45,13 +50,15 @@ pub async fn list(
     bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_to_read(q.tenant)?;
     let engine = state.engine();
-    let states: Vec<ToolState> = match tenant.as_deref() {
-        None => engine.tool_states(),
-        Some(t) => engine
-            .tool_states()
-            .iter()
-            .filter_map(|s| engine.tool_state(&s.tool, Some(t)))
-            .collect(),
+    let states: Vec<ToolState> = match (engine.store(), tenant.as_deref()) {
+        (None, None) => engine.tool_states(),
+        // A tenant's partitions, or a shared store's figures: one read per tool, run
+        // together (on a store, all within one store timeout).
+        (_, t) => {
+            let tools = engine.tool_states();
+            let reads = tools.iter().map(|s| engine.fetch_tool_state(&s.tool, t));
+            join_all(reads).await.into_iter().flatten().collect()
+        }
     };
     // On a shared store the quotas live there; the counters here are this replica's.
     let store = engine.store().map_or("memory", |s| s.name());
@@ -91,7 +98,8 @@ pub async fn get(
     let tenant = caller.tenant_to_read(q.tenant)?;
     let s = state
         .engine()
-        .tool_state(&tool, tenant.as_deref())
+        .fetch_tool_state(&tool, tenant.as_deref())
+        .await
         .ok_or_else(|| match tool.strip_suffix("/invoke") {
             // `/v1/tools/{tool}/invoke` exists, for POST only.
             Some(t) if !t.is_empty() => ApiError::MethodNotAllowed(

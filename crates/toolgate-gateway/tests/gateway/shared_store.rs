@@ -79,7 +79,48 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
         .await
         .expect("json");
     assert_eq!(tools["store"], "redis", "{tools}");
+    // What the quota has left is read from Redis: each gateway reports the calls
+    // the other admitted too (5/min refills one call in 12 s, long after this).
+    for gw in [&a, &b] {
+        let one = get_json(&http, &format!("{}/v1/tools/lookup_customer", gw.base)).await;
+        assert_eq!(
+            (&one["tokens_left"], &one["capacity"]),
+            (&json!(0), &json!(5)),
+            "{one}"
+        );
+        let q = &one["quotas"][0];
+        assert_eq!(q["quota"], "tools.lookup_customer.rate", "{one}");
+        assert_eq!(
+            (&q["kind"], &q["available"]),
+            (&json!("rate"), &json!(0)),
+            "{one}"
+        );
+    }
+    let listed = tools["tools"].as_array().expect("a list");
+    let lookup = listed
+        .iter()
+        .find(|t| t["tool"] == "lookup_customer")
+        .expect("listed");
+    assert_eq!(lookup["tokens_left"], 0, "{tools}");
+    let search = listed
+        .iter()
+        .find(|t| t["tool"] == "search_documents")
+        .expect("listed");
+    assert_eq!(search["capacity"], 1000, "{tools}");
+    assert!(
+        search["tokens_left"].as_u64().is_some_and(|n| n >= 999),
+        "{tools}"
+    );
+    // Reading spent nothing: the quota is as empty as before, not emptier, and
+    // the other tool still admits.
+    assert_eq!(admit(&http, &b.base, "search_documents").await.0, 200);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    let res = http.get(url).send().await.expect("request");
+    assert_eq!(res.status(), 200, "{url}");
+    res.json().await.expect("json")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,6 +148,21 @@ async fn an_unreachable_redis_fails_closed_within_the_store_timeout() {
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["quota"], "store");
     assert_eq!(body["reason"], "circuit_open");
+    // The state endpoint still answers, in bounded time: the limits in force, and
+    // no figure for what Redis holds (unknown, not zero).
+    let start = Instant::now();
+    let one = get_json(&http, &format!("{}/v1/tools/lookup_customer", gw.base)).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        (&one["tokens_left"], &one["capacity"]),
+        (&Value::Null, &json!(5)),
+        "{one}"
+    );
+    assert_eq!(one["quotas"][0]["available"], Value::Null, "{one}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate::{Call, Completion, Engine, ManualClock, Permit, Policy, Rejection};
+use toolgate::{Call, Completion, Engine, ManualClock, Permit, Policy, Rejection, ToolState};
 use toolgate_redis::Builder;
 
 use crate::support::{prefix, redis_available, store, RedisServer};
@@ -26,6 +26,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     async fn settle(&self);
     fn waited(permit: &Self::Permit) -> Duration;
     fn clock(&self) -> &ManualClock;
+    /// The tool's state, with what each quota has left read where it lives.
+    async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState>;
 }
 
 /// Makes a backend for a policy.
@@ -82,6 +84,9 @@ impl Backend for Memory {
     }
     fn clock(&self) -> &ManualClock {
         &self.clock
+    }
+    async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
+        self.engine.fetch_tool_state(tool, tenant).await
     }
 }
 
@@ -173,5 +178,8 @@ impl Backend for EngineOnRedis {
     }
     fn clock(&self) -> &ManualClock {
         &self.clock
+    }
+    async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
+        self.engine.fetch_tool_state(tool, tenant).await
     }
 }

@@ -8,9 +8,11 @@ use toolgate::{Call, Completion, Reason, Rejection};
 use crate::backend::{Backend, Factory};
 
 mod debt;
+mod levels;
 mod reserve;
 mod wait;
 pub use debt::*;
+pub use levels::*;
 pub use reserve::*;
 pub use wait::*;
 
@@ -402,6 +404,8 @@ macro_rules! semantic_suite {
             a_reported_token_count_owes_at_most_one_burst,
             a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it,
             a_wait_cap_refuses_a_longer_wait_at_once,
+            levels_say_what_each_quota_has_left,
+            levels_of_a_partition_are_the_tenants_own,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -435,4 +439,6 @@ pub async fn all<F: Factory>(f: &F) {
     a_reported_token_count_owes_at_most_one_burst(f).await;
     a_token_debt_behind_a_waiter_owes_at_most_one_burst_from_it(f).await;
     a_wait_cap_refuses_a_longer_wait_at_once(f).await;
+    levels_say_what_each_quota_has_left(f).await;
+    levels_of_a_partition_are_the_tenants_own(f).await;
 }

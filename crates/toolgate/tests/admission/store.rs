@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use toolgate::store::{QuotaStore, StoreFuture, StoreLease};
+use toolgate::store::{Level, QuotaStore, StoreFuture, StoreLease};
 use toolgate::{Call, Completion, Engine, ManualClock, Outcome, Permit, Policy, Reason, Rejection};
 
 /// The tenant whose calls the store never answers.
@@ -85,6 +85,23 @@ impl QuotaStore for Shared {
             })
         })
     }
+    fn levels<'a>(
+        &'a self,
+        tool: &'a str,
+        tenant: Option<&'a str>,
+    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
+        Box::pin(async move {
+            if tenant == Some(STALLED) {
+                return Err("the store did not answer".to_string());
+            }
+            let quotas = self.quotas.tool_state(tool, tenant).map(|s| s.quotas);
+            Ok(quotas
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|q| Some(Level::new(q.quota, q.available?)))
+                .collect())
+        })
+    }
     fn apply(&self, policy: &Policy) -> Result<(), String> {
         if self.refuse_reload && *policy != self.quotas.policy() {
             return Err("this store cannot run that policy".into());
@@ -147,6 +164,63 @@ async fn engines_on_one_store_obey_one_quota() {
         p.complete(Completion::success());
     }
     assert_eq!(a.tool_state("lookup", None).unwrap().in_flight, 0);
+}
+
+/// `(quota, kind, capacity, available)` of each quota in `tool`'s state.
+fn quota_figures(s: &toolgate::ToolState) -> Vec<(&str, &str, u64, Option<u64>)> {
+    s.quotas
+        .iter()
+        .map(|q| (q.quota.as_str(), q.kind, q.capacity, q.available))
+        .collect()
+}
+
+#[tokio::test]
+async fn fetched_state_reads_what_each_quota_has_left_in_the_store() {
+    let toml = r#"
+        [pools.crm]
+        rate = "10/min"
+        [tools.lookup]
+        rate = "2/s"
+        burst = 2
+        pools = ["crm"]
+        [tools.db.adaptive]
+        algorithm = "aimd"
+        target_latency = "100ms"
+        min = 1
+        max = 4
+        initial = 2
+    "#;
+    let (_store, a, b, _clock) = setup(toml, false);
+    let call = Call::new("lookup");
+    let _held = a.admit_now(&call).await.unwrap();
+    // What an engine keeps itself has no quota of the store's ...
+    assert!(b.tool_state("lookup", None).unwrap().quotas.is_empty());
+    // ... and its fetched state has every quota of the policy, with the store's
+    // figures: b sees what a admitted.
+    let s = b.fetch_tool_state("lookup", None).await.unwrap();
+    assert_eq!(
+        quota_figures(&s),
+        [
+            ("tools.lookup.rate", "rate", 2, Some(1)),
+            ("pools.crm.rate", "rate", 10, Some(9)),
+        ]
+    );
+    assert!(b.fetch_tool_state("nope", None).await.is_none());
+    // An adaptive limit stays the engine's own, after the store's quotas (none here).
+    let s = b.fetch_tool_state("db", None).await.unwrap();
+    assert_eq!(
+        quota_figures(&s),
+        [("tools.db.concurrency", "concurrency", 2, Some(2))]
+    );
+    // A store that does not answer leaves the figures unknown, the limits known.
+    let s = b.fetch_tool_state("lookup", Some(STALLED)).await.unwrap();
+    assert_eq!(
+        quota_figures(&s),
+        [
+            ("tools.lookup.rate", "rate", 2, None),
+            ("pools.crm.rate", "rate", 10, None),
+        ]
+    );
 }
 
 #[tokio::test]
