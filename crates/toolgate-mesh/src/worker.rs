@@ -35,6 +35,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use toolgate::compile::{tool_quotas, CostOf, Limit};
 use toolgate::{Call, Permit};
 
 use crate::shared::Shared;
@@ -119,29 +120,48 @@ struct Batch {
     pending: u64,
 }
 
-/// The most calls of `tool` in flight: its `concurrency`, or the mesh's default.
+/// The most calls of `tool` in flight: its `concurrency` (an adaptive limit the
+/// engine keeps, else the policy's, which a shared store enforces), or the mesh's
+/// default.
 fn in_flight_limit(shared: &Shared, tool: &str) -> usize {
-    shared
-        .engine
-        .tool_state(tool, None)
-        .and_then(|s| {
-            s.quotas
-                .into_iter()
-                .find(|q| q.kind == "concurrency" && q.quota.starts_with("tools."))
-        })
-        .and_then(|q| usize::try_from(q.capacity).ok())
+    let engine = &shared.engine;
+    let local = engine.tool_state(tool, None).and_then(|s| {
+        s.quotas
+            .into_iter()
+            .find(|q| q.kind == "concurrency" && q.quota.starts_with("tools."))
+            .map(|q| q.capacity)
+    });
+    let policy = || {
+        tool_quotas(&engine.policy(), tool)?
+            .into_iter()
+            .find(|q| q.pool.is_none() && matches!(q.limit, Limit::Concurrency { .. }))
+            .map(|q| q.capacity())
+    };
+    local
+        .or_else(policy)
+        .and_then(|c| usize::try_from(c).ok())
         .unwrap_or(shared.config.max_in_flight)
         .clamp(1, shared.config.max_in_flight.max(1))
 }
 
 /// Whether `tool`'s admission depends on nothing in the call (no partition per
 /// tenant, no token budget): it can then be admitted before its call is pulled.
+/// Asked of the policy's quotas, which are the same whether they live in this
+/// process or in a shared store (where the engine keeps none of them), and of the
+/// engine's own (an adaptive limit, partitioned with its tool).
 fn admits_blind(shared: &Shared, tool: &str) -> bool {
-    shared.engine.tool_state(tool, None).is_none_or(|s| {
+    let engine = &shared.engine;
+    let own = engine.tool_state(tool, None).is_none_or(|s| {
         s.quotas
             .iter()
             .all(|q| q.partitions.is_none() && q.kind != "tokens")
-    })
+    });
+    let policy = tool_quotas(&engine.policy(), tool).is_none_or(|quotas| {
+        quotas
+            .iter()
+            .all(|q| q.partition.is_none() && q.cost_of != CostOf::Tokens)
+    });
+    own && policy
 }
 
 async fn pull(

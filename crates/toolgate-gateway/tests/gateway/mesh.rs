@@ -400,6 +400,63 @@ async fn two_gateways_on_one_redis_and_one_stream_keep_one_quota() {
     }
 }
 
+/// On a shared store too, a per-tenant quota is each tenant's own: one tenant's
+/// calls that spend their partition never hold up another's. (The quotas then live
+/// in Redis, not in the engine's state, and the worker must still see that the
+/// tool's admission depends on the call's tenant.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_tenant_spending_its_partition_never_holds_up_another() {
+    if !redis_available() {
+        return;
+    }
+    let redis = Redis::start();
+    let nats = NatsServer::start();
+    let up = upstream(Duration::ZERO).await;
+    let config = config_file(
+        "partitioned",
+        &format!(
+            "[store]\ntimeout = \"2s\"\n[tools.t]\nrate = \"1/min\"\nburst = 1\n\
+             partition = \"tenant\"\n[tools.t.upstream]\nurl = \"{}\"\n",
+            up.url
+        ),
+    );
+    let gw = Gateway::start(&config, &["--mesh", &nats.url(), "--store", &redis.url()]);
+    let c = caller(&nats).await;
+    let http = reqwest::Client::new();
+    mesh_ready(&http, &gw.base).await;
+    let of = |id: &str, tenant: &str| {
+        let mut out = call(id, None);
+        out.envelope["tenant"] = json!(tenant);
+        out
+    };
+    // acme asks for five calls (its partition admits one a minute); globex then
+    // asks for one. The calls queue in the stream, so the worker works busy: it
+    // pulls several at a time and must admit each with its own tenant.
+    for i in 1..=5 {
+        c.publish(&of(&format!("acme-{i}"), "acme"))
+            .await
+            .expect("publish");
+    }
+    c.publish(&of("globex-1", "globex")).await.expect("publish");
+    let r = c
+        .result("globex-1", Duration::from_secs(20))
+        .await
+        .expect("globex's call is not held up by acme's");
+    assert_eq!(r.outcome, "success", "{r:?}");
+    // One of acme's calls ran (which one is the order they were admitted in); the
+    // others wait for acme's own partition, a minute away.
+    crate::support::eventually(
+        "one of acme's calls runs",
+        Duration::from_secs(20),
+        || async { up.hits.lock().len() >= 2 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran: Vec<String> = up.hits.lock().iter().map(|h| h.n.clone()).collect();
+    let acme = ran.iter().filter(|n| n.starts_with("acme-")).count();
+    assert_eq!((ran.len(), acme), (2, 1), "{ran:?}");
+}
+
 /// A reload that gives a tool an upstream starts its worker: its calls, waiting in
 /// the stream (a dead letter would have been `unknown_tool` before), now run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
