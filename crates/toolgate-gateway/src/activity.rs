@@ -16,7 +16,7 @@ pub mod tenants;
 pub mod tool;
 pub mod waits;
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,8 @@ use toolgate::{Clock, Priority, Reason};
 pub use tool::ToolActivity;
 
 /// The tools of the policy, by name.
+/// By tool name; `hashbrown`'s default hasher (foldhash) for the reason given at
+/// [`crate::ratelimit::Headers`]: looked up on every admission, keyed by the policy.
 type Tools = HashMap<Arc<str>, Arc<Mutex<ToolActivity>>>;
 
 /// The activity of every tool of the policy.
