@@ -35,7 +35,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use toolgate::compile::{tool_quotas, CostOf, Limit};
+use toolgate::compile::{CostOf, Limit};
 use toolgate::{Call, Permit};
 
 use crate::shared::Shared;
@@ -132,7 +132,8 @@ fn in_flight_limit(shared: &Shared, tool: &str) -> usize {
             .map(|q| q.capacity)
     });
     let policy = || {
-        tool_quotas(&engine.policy(), tool)?
+        engine
+            .tool_quotas(tool)?
             .into_iter()
             .find(|q| q.pool.is_none() && matches!(q.limit, Limit::Concurrency { .. }))
             .map(|q| q.capacity())
@@ -156,7 +157,7 @@ fn admits_blind(shared: &Shared, tool: &str) -> bool {
             .iter()
             .all(|q| q.partitions.is_none() && q.kind != "tokens")
     });
-    let policy = tool_quotas(&engine.policy(), tool).is_none_or(|quotas| {
+    let policy = engine.tool_quotas(tool).is_none_or(|quotas| {
         quotas
             .iter()
             .all(|q| q.partition.is_none() && q.cost_of != CostOf::Tokens)

@@ -107,6 +107,14 @@ impl Engine {
         self.live.shared.store.as_ref()
     }
 
+    /// The quotas the policy in force gives `tool` (its own, then its pools'), as
+    /// [`crate::compile::tool_quotas`] resolves them, wherever they are kept: without
+    /// copying the policy as [`Engine::policy`] does. `None` for a tool without a
+    /// policy.
+    pub fn tool_quotas(&self, tool: &str) -> Option<Vec<crate::compile::QuotaSpec>> {
+        crate::compile::tool_quotas(&self.live.compiled().policy, tool)
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> Policy {
         self.live.compiled().policy.clone()
@@ -366,12 +374,11 @@ impl Engine {
     /// None`. The counters (`in_flight`, `admitted`, ...) stay this process's own.
     /// Without a store, the same as [`Engine::tool_state`].
     pub async fn fetch_tool_state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
-        let policy = self.live.compiled().policy.clone();
+        let specs = self.tool_quotas(tool).unwrap_or_default();
         let state = self.tool_state(tool, tenant)?;
         let Some(store) = self.store() else {
             return Some(state);
         };
-        let specs = crate::compile::tool_quotas(&policy, tool).unwrap_or_default();
         let levels = match store.levels(tool, tenant).await {
             Ok(levels) => levels,
             Err(message) => {
