@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use toolgate::config::StoreConfig;
 use toolgate::Clock;
 
@@ -30,6 +31,13 @@ use crate::script::{parse_levels, BucketCall, Reply, Scripts};
 
 /// How often a store that stopped answering is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// The most reads of what quotas have left (`peek.lua`, for state endpoints) one
+/// process has in flight at once. Admissions have as many round trips in flight as
+/// callers, so state reads, however often clients ask, never take more than this
+/// share of Redis from them; reads beyond it wait their turn (within the store's
+/// timeout, after which their figures are unknown).
+const MAX_PEEKS_IN_FLIGHT: usize = 2;
 
 /// The link of one gate to Redis. Shared (`Arc`) by the gate and by what it hands out;
 /// a reload's gate gets a link derived from its predecessor's ([`Link::derived`]).
@@ -51,6 +59,9 @@ pub(crate) struct Link {
     probing: AtomicBool,
     /// Runs the one-bucket admissions, coalesced (`coalesce.rs`).
     coalescer: Arc<Coalescer>,
+    /// Turns for reads of what quotas have left ([`MAX_PEEKS_IN_FLIGHT`]); shared
+    /// with the links derived from this one.
+    peeks: Arc<Semaphore>,
 }
 
 // === impl Link ===
@@ -80,6 +91,7 @@ impl Link {
             ids: Ids::new(),
             down: AtomicBool::new(false),
             probing: AtomicBool::new(false),
+            peeks: Arc::new(Semaphore::new(MAX_PEEKS_IN_FLIGHT)),
         })
     }
 
@@ -103,6 +115,7 @@ impl Link {
             ids: Ids::new(),
             down: AtomicBool::new(false),
             probing: AtomicBool::new(false),
+            peeks: self.peeks.clone(),
         }
     }
 
@@ -207,21 +220,35 @@ impl Link {
     }
 
     /// What each of `quotas` (a key and its parameters, all in one hash slot) has
-    /// left now: one round trip of `peek.lua`, bounded by the store's timeout, that
-    /// changes nothing in Redis.
+    /// left now: one round trip of `peek.lua`, which changes nothing in Redis, taken
+    /// in turn with the process's other reads ([`MAX_PEEKS_IN_FLIGHT`]); waiting
+    /// for the turn and the round trip together are bounded by the store's timeout.
     ///
     /// # Errors
     ///
-    /// When Redis did not answer, or answered what the script never does.
+    /// When no turn came or Redis did not answer within the timeout, or Redis
+    /// answered what the script never does.
     pub(crate) async fn peek(&self, quotas: &[(Arc<str>, Params)]) -> Result<Vec<u64>, StoreError> {
         if quotas.is_empty() {
             return Ok(Vec::new());
         }
+        let timeout = StoreError::Timeout {
+            op: "peek",
+            timeout: self.timeout,
+        };
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.peeks.acquire()).await else {
+            return Err(timeout);
+        };
         let now = self.now_arg();
         let inv = self
             .scripts
             .peek(&now, quotas.iter().map(|(k, p)| (&**k, *p)));
-        let value = self.conn.invoke("peek", &inv, self.timeout).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let value = match self.conn.invoke("peek", &inv, left).await {
+            Err(StoreError::Timeout { .. }) => return Err(timeout),
+            other => other?,
+        };
         parse_levels(&value, quotas.len())
     }
 

@@ -387,3 +387,46 @@ async fn each_caller_of_a_batch_keeps_its_own_deadline() {
         "answered within its own deadline: {late:?} after {took:?}"
     );
 }
+
+/// Reads of what quotas have left (state endpoints) take turns, two in flight per
+/// process: however many a client asks for at once, the rest wait their turn
+/// within the store's timeout and are never sent, so they never queue work on
+/// Redis ahead of admissions. Behind a hung server, four reads at once send two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_reads_take_turns_two_in_flight() {
+    if !redis_available() {
+        return;
+    }
+    let _heavy = HEAVY.lock().await;
+    let (server, engine) = one_second_store("peek-turns").await;
+    let warm = engine.fetch_tool_state("t", None).await.expect("a state");
+    assert!(warm.quotas[0].available.is_some(), "{warm:?}");
+    let _: String = server.cmd(&["CONFIG", "RESETSTAT"]);
+    server.pause(true);
+    let start = std::time::Instant::now();
+    let reads: Vec<_> = (0..4)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.fetch_tool_state("t", None).await })
+        })
+        .collect();
+    for r in reads {
+        let s = r.await.expect("a read").expect("a state");
+        assert_eq!(s.quotas[0].available, None, "no figure from a hung server");
+    }
+    // Each read, turn and round trip together, within the store's 1 s timeout.
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    server.pause(false);
+    // What reached Redis ran once it woke: two reads, not four.
+    let mut runs = 0;
+    for _ in 0..50 {
+        runs = script_runs(&server);
+        if runs >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!((runs, script_runs(&server)), (2, 2));
+}
