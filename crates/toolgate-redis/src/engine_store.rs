@@ -260,9 +260,9 @@ impl QuotaStore for RedisStore {
 
     fn levels<'a>(
         &'a self,
-        tool: &'a str,
+        tools: &'a [&'a str],
         tenant: Option<&'a str>,
-    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
+    ) -> StoreFuture<'a, Result<Vec<Vec<Level>>, String>> {
         let gate = self.gate();
         Box::pin(async move {
             // While Redis is down, say so at once rather than wait out the timeout.
@@ -270,10 +270,14 @@ impl QuotaStore for RedisStore {
                 return Err("redis is not answering".to_string());
             }
             let levels = if tokio::runtime::Handle::try_current().is_ok() {
-                gate.levels(tool, tenant).await
+                gate.levels(tools, tenant).await
             } else {
-                let (tool, tenant) = (tool.to_owned(), tenant.map(str::to_owned));
-                let task = async move { gate.levels(&tool, tenant.as_deref()).await };
+                let tools: Vec<String> = tools.iter().map(|t| (*t).to_owned()).collect();
+                let tenant = tenant.map(str::to_owned);
+                let task = async move {
+                    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+                    gate.levels(&tools, tenant.as_deref()).await
+                };
                 match AbortOnDrop(self.handle.spawn(task)).await {
                     Ok(levels) => levels,
                     Err(e) => return Err(format!("redis peek task failed: {e}")),

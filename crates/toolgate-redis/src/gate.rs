@@ -12,8 +12,11 @@
 //! (`link.rs`), the compiled quotas (`quota.rs`), the fallback while Redis does not
 //! answer (`fallback.rs`) and the local grants (`grant.rs`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::join_all;
 
 use toolgate::config::{OnLimit, StoreConfig, MAX_WAIT_LIMIT};
 use toolgate::store::Level;
@@ -28,9 +31,14 @@ use crate::keys::partition_key;
 use crate::link::Link;
 use crate::permit::{Held, RedisPermit};
 use crate::plan::{denial, live, plan, Step};
-use crate::quota::{Compiled, Tool};
+use crate::quota::{Compiled, Params, Tool};
 use crate::script::Reply;
 use crate::wait::{sleep_out, QueueSlot};
+
+/// The most quotas one read of what they have left (`peek.lua`) reads: a script
+/// blocks Redis while it runs, so a state endpoint over a large policy reads it in
+/// several short runs (each about a microsecond per quota).
+const PEEK_BATCH: usize = 128;
 
 /// Admission on quotas shared through Redis, for one policy. Shared (`Arc`) by the
 /// store; a reload derives a new gate on the same connection
@@ -117,40 +125,68 @@ impl Gate {
         self.link.is_down()
     }
 
-    /// What each quota of `tool` has left in Redis now, by path (see
-    /// [`toolgate::store::QuotaStore::levels`]): one round trip that charges nothing.
-    /// With `tenant`, its partitions; without, partitioned quotas are left out. Empty
-    /// for a tool without a policy.
+    /// What each quota of each of `tools` has left in Redis now, by path, one list
+    /// per tool (see [`toolgate::store::QuotaStore::levels`]), charging nothing.
+    /// With `tenant`, its partitions; without, partitioned quotas are left out. A
+    /// tool without a policy has an empty list. One round trip on a single server,
+    /// for [`PEEK_BATCH`] quotas at a time; on a cluster, one per hash slot group,
+    /// each group's quotas living in one slot. The round trips run together.
     ///
     /// # Errors
     ///
     /// When Redis did not answer within the store's timeout.
     pub(crate) async fn levels(
         &self,
-        tool: &str,
+        tools: &[&str],
         tenant: Option<&str>,
-    ) -> Result<Vec<Level>, StoreError> {
-        let Some(tool) = self.compiled.tool(tool) else {
-            return Ok(Vec::new());
-        };
-        let (paths, quotas): (Vec<_>, Vec<_>) = tool
-            .quotas
-            .iter()
-            .filter_map(|q| {
-                let key = match (q.spec.partition, tenant) {
+    ) -> Result<Vec<Vec<Level>>, StoreError> {
+        // (tool's index, path, key, parameters) of every quota with a figure.
+        let mut quotas = Vec::new();
+        for (i, name) in tools.iter().enumerate() {
+            let Some(tool) = self.compiled.tool(name) else {
+                continue;
+            };
+            for q in &tool.quotas {
+                let key: Arc<str> = match (q.spec.partition, tenant) {
                     (None, _) => q.key.clone(),
                     (Some(_), Some(t)) => partition_key(&q.key, t).into(),
-                    (Some(_), None) => return None,
+                    (Some(_), None) => continue,
                 };
-                Some((q.spec.path.clone(), (key, q.params)))
-            })
-            .unzip();
-        let left = self.link.peek(&quotas).await?;
-        Ok(paths
-            .into_iter()
-            .zip(left)
-            .map(|(path, n)| Level::new(path, n))
-            .collect())
+                quotas.push((i, q.spec.path.clone(), key, q.params));
+            }
+        }
+        // Batches that one script may read: a slot group's keys on a cluster (its
+        // hash tag is the key's first `{…}`: the prefix has no braces), any keys
+        // on a single server.
+        let mut batches: Vec<Vec<usize>> = Vec::new();
+        if self.link.is_cluster() {
+            let mut by_tag: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for (j, (_, _, key, _)) in quotas.iter().enumerate() {
+                by_tag.entry(hash_tag(key)).or_default().push(j);
+            }
+            for group in by_tag.into_values() {
+                batches.extend(group.chunks(PEEK_BATCH).map(<[usize]>::to_vec));
+            }
+        } else {
+            let all: Vec<usize> = (0..quotas.len()).collect();
+            batches.extend(all.chunks(PEEK_BATCH).map(<[usize]>::to_vec));
+        }
+        let reads = batches.iter().map(|batch| {
+            let keys: Vec<(Arc<str>, Params)> = batch
+                .iter()
+                .map(|&j| (quotas[j].2.clone(), quotas[j].3))
+                .collect();
+            async move { self.link.peek(&keys).await }
+        });
+        let answers = join_all(reads).await;
+        let mut out = vec![Vec::new(); tools.len()];
+        for (batch, answer) in batches.iter().zip(answers) {
+            for (&j, n) in batch.iter().zip(answer?) {
+                let (i, path, _, _) = &quotas[j];
+                out[*i].push(Level::new(path.clone(), n));
+            }
+        }
+        Ok(out)
     }
 
     /// Admits `call` now, or rejects it now: never waits, whatever `on_limit` says.
@@ -328,6 +364,13 @@ impl std::fmt::Debug for Gate {
             .field("on_store_error", &self.fallback.on_error())
             .finish_non_exhaustive()
     }
+}
+
+/// The hash tag of a quota's key: what its first `{…}` holds.
+fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map_or("", |(tag, _)| tag)
 }
 
 /// Refuses a `[store]` section Redis cannot be used with: a key prefix with a brace

@@ -39,6 +39,10 @@ const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// timeout, after which their figures are unknown).
 const MAX_PEEKS_IN_FLIGHT: usize = 2;
 
+/// A read whose turn comes with less of its timeout left is not sent: it could not
+/// be answered in time, and behind a hung server it would only queue up there.
+const MIN_PEEK_LEFT: Duration = Duration::from_millis(1);
+
 /// The link of one gate to Redis. Shared (`Arc`) by the gate and by what it hands out;
 /// a reload's gate gets a link derived from its predecessor's ([`Link::derived`]).
 pub(crate) struct Link {
@@ -145,6 +149,12 @@ impl Link {
         }
     }
 
+    /// Whether the connection is to a Redis Cluster (a script's keys must then share
+    /// a hash slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
     /// Whether Redis is believed down (until a probe answers).
     pub(crate) fn is_down(&self) -> bool {
         self.down.load(Ordering::Acquire)
@@ -245,6 +255,9 @@ impl Link {
             .scripts
             .peek(&now, quotas.iter().map(|(k, p)| (&**k, *p)));
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left < MIN_PEEK_LEFT {
+            return Err(timeout);
+        }
         let value = match self.conn.invoke("peek", &inv, left).await {
             Err(StoreError::Timeout { .. }) => return Err(timeout),
             other => other?,

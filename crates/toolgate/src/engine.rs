@@ -374,19 +374,60 @@ impl Engine {
     /// None`. The counters (`in_flight`, `admitted`, ...) stay this process's own.
     /// Without a store, the same as [`Engine::tool_state`].
     pub async fn fetch_tool_state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
-        let specs = self.tool_quotas(tool).unwrap_or_default();
         let state = self.tool_state(tool, tenant)?;
-        let Some(store) = self.store() else {
-            return Some(state);
+        self.with_store_levels(vec![state], tenant).await.pop()
+    }
+
+    /// As [`Engine::fetch_tool_state`] for every tool with a policy, sorted by name
+    /// (of `tenant`'s partitions, when given): the store is asked for all of them at
+    /// once, which it may answer in one round trip. Without a store and a tenant,
+    /// the same as [`Engine::tool_states`].
+    pub async fn fetch_tool_states(&self, tenant: Option<&str>) -> Vec<ToolState> {
+        let all = self.tool_states();
+        let states = match tenant {
+            None => all,
+            Some(_) => all
+                .iter()
+                .filter_map(|s| self.tool_state(&s.tool, tenant))
+                .collect(),
         };
-        let levels = match store.levels(tool, tenant).await {
-            Ok(levels) => levels,
+        self.with_store_levels(states, tenant).await
+    }
+
+    /// `states` with the shared store's figures, when there is a store.
+    async fn with_store_levels(
+        &self,
+        states: Vec<ToolState>,
+        tenant: Option<&str>,
+    ) -> Vec<ToolState> {
+        let Some(store) = self.store() else {
+            return states;
+        };
+        let specs: Vec<_> = states
+            .iter()
+            .map(|s| self.tool_quotas(&s.tool).unwrap_or_default())
+            .collect();
+        let tools: Vec<&str> = states.iter().map(|s| s.tool.as_str()).collect();
+        let levels = match store.levels(&tools, tenant).await {
+            Ok(levels) if levels.len() == tools.len() => levels,
+            Ok(_) => {
+                tracing::warn!("the store answered quota figures for other tools");
+                Vec::new()
+            }
             Err(message) => {
-                tracing::warn!(%tool, %message, "the store gave no quota figures");
+                tracing::warn!(%message, "the store gave no quota figures");
                 Vec::new()
             }
         };
-        Some(crate::state::with_levels(state, &specs, &levels))
+        states
+            .into_iter()
+            .zip(specs)
+            .enumerate()
+            .map(|(i, (state, specs))| {
+                let levels = levels.get(i).map_or(&[][..], Vec::as_slice);
+                crate::state::with_levels(state, &specs, levels)
+            })
+            .collect()
     }
 
     /// What quota `quota` (a config path such as `tools.lookup_customer.rate`) of

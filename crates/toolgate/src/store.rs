@@ -69,10 +69,12 @@ pub trait QuotaStore: Send + Sync + fmt::Debug + 'static {
         let _ = ttl;
     }
 
-    /// What each quota of `tool` has left in the store now, read without charging
-    /// anything: the figures of [`crate::Engine::fetch_tool_state`]. With `tenant`,
-    /// its partitions' figures; without, a partitioned quota is left out. A quota
-    /// left out of the answer has no figure (`available: None`).
+    /// What each quota of each of `tools` has left in the store now, read without
+    /// charging anything: the figures of [`crate::Engine::fetch_tool_state`] and
+    /// [`crate::Engine::fetch_tool_states`], one list per tool, in order. With
+    /// `tenant`, its partitions' figures; without, a partitioned quota is left out.
+    /// A quota left out of the answer has no figure (`available: None`). A store may
+    /// read many tools in one round trip.
     ///
     /// The default answers nothing: a store whose figures cannot be read.
     ///
@@ -82,11 +84,11 @@ pub trait QuotaStore: Send + Sync + fmt::Debug + 'static {
     /// unknown, not zero).
     fn levels<'a>(
         &'a self,
-        tool: &'a str,
+        tools: &'a [&'a str],
         tenant: Option<&'a str>,
-    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
-        let _ = (tool, tenant);
-        Box::pin(std::future::ready(Ok(Vec::new())))
+    ) -> StoreFuture<'a, Result<Vec<Vec<Level>>, String>> {
+        let _ = tenant;
+        Box::pin(std::future::ready(Ok(vec![Vec::new(); tools.len()])))
     }
 
     /// Puts a new policy in force in the store.

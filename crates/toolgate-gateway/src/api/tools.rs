@@ -10,9 +10,9 @@
 //! shared quotas (which its `RateLimit` headers and refusals disclose anyway); no
 //! totals of admissions, refusals, calls in flight or waiting, partitions or leases.
 //!
-//! On a shared store, what each quota has left is read from the store (one
-//! read-only round trip per tool, [`toolgate::Engine::fetch_tool_state`]); the
-//! counters stay this replica's.
+//! On a shared store, what each quota has left is read from the store (read-only
+//! round trips: one for the whole list on a single Redis server,
+//! [`toolgate::Engine::fetch_tool_states`]); the counters stay this replica's.
 //!
 //! With a tenant (`?tenant=`, which an admin token may set to any tenant, or a
 //! tenant token's own), the answer also carries `tenant_activity`: that tenant's own
@@ -21,7 +21,6 @@
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use toolgate::config::{Mode, OnLimit};
@@ -50,16 +49,8 @@ pub async fn list(
     bounds::opt_id("tenant", q.tenant.as_deref(), max_id)?;
     let tenant = caller.tenant_to_read(q.tenant)?;
     let engine = state.engine();
-    let states: Vec<ToolState> = match (engine.store(), tenant.as_deref()) {
-        (None, None) => engine.tool_states(),
-        // A tenant's partitions, or a shared store's figures: one read per tool, run
-        // together (on a store, all within one store timeout).
-        (_, t) => {
-            let tools = engine.tool_states();
-            let reads = tools.iter().map(|s| engine.fetch_tool_state(&s.tool, t));
-            join_all(reads).await.into_iter().flatten().collect()
-        }
-    };
+    // On a shared store, what every quota has left is read at once.
+    let states: Vec<ToolState> = engine.fetch_tool_states(tenant.as_deref()).await;
     // On a shared store the quotas live there; the counters here are this replica's.
     let store = engine.store().map_or("memory", |s| s.name());
     let with_tenant = |mut v: Value, tool: &str| {

@@ -28,6 +28,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn clock(&self) -> &ManualClock;
     /// The tool's state, with what each quota has left read where it lives.
     async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState>;
+    /// Every tool's state, read at once.
+    async fn states(&self, tenant: Option<&str>) -> Vec<ToolState>;
 }
 
 /// Makes a backend for a policy.
@@ -87,6 +89,9 @@ impl Backend for Memory {
     }
     async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
         self.engine.fetch_tool_state(tool, tenant).await
+    }
+    async fn states(&self, tenant: Option<&str>) -> Vec<ToolState> {
+        self.engine.fetch_tool_states(tenant).await
     }
 }
 
@@ -181,5 +186,8 @@ impl Backend for EngineOnRedis {
     }
     async fn state(&self, tool: &str, tenant: Option<&str>) -> Option<ToolState> {
         self.engine.fetch_tool_state(tool, tenant).await
+    }
+    async fn states(&self, tenant: Option<&str>) -> Vec<ToolState> {
+        self.engine.fetch_tool_states(tenant).await
     }
 }

@@ -406,6 +406,7 @@ macro_rules! semantic_suite {
             a_wait_cap_refuses_a_longer_wait_at_once,
             levels_say_what_each_quota_has_left,
             levels_of_a_partition_are_the_tenants_own,
+            levels_of_every_tool_are_read_at_once,
         );
     };
     ($factory:expr; $($case:ident),* $(,)?) => {
@@ -441,4 +442,5 @@ pub async fn all<F: Factory>(f: &F) {
     a_wait_cap_refuses_a_longer_wait_at_once(f).await;
     levels_say_what_each_quota_has_left(f).await;
     levels_of_a_partition_are_the_tenants_own(f).await;
+    levels_of_every_tool_are_read_at_once(f).await;
 }

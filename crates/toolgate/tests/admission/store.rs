@@ -87,18 +87,23 @@ impl QuotaStore for Shared {
     }
     fn levels<'a>(
         &'a self,
-        tool: &'a str,
+        tools: &'a [&'a str],
         tenant: Option<&'a str>,
-    ) -> StoreFuture<'a, Result<Vec<Level>, String>> {
+    ) -> StoreFuture<'a, Result<Vec<Vec<Level>>, String>> {
         Box::pin(async move {
             if tenant == Some(STALLED) {
                 return Err("the store did not answer".to_string());
             }
-            let quotas = self.quotas.tool_state(tool, tenant).map(|s| s.quotas);
-            Ok(quotas
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|q| Some(Level::new(q.quota, q.available?)))
+            Ok(tools
+                .iter()
+                .map(|tool| {
+                    let quotas = self.quotas.tool_state(tool, tenant).map(|s| s.quotas);
+                    quotas
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|q| Some(Level::new(q.quota, q.available?)))
+                        .collect()
+                })
                 .collect())
         })
     }
@@ -206,6 +211,14 @@ async fn fetched_state_reads_what_each_quota_has_left_in_the_store() {
         ]
     );
     assert!(b.fetch_tool_state("nope", None).await.is_none());
+    // Every tool at once: the same figures, sorted by name.
+    let all = b.fetch_tool_states(None).await;
+    let names: Vec<&str> = all.iter().map(|s| s.tool.as_str()).collect();
+    assert_eq!(names, ["db", "lookup"]);
+    assert_eq!(
+        quota_figures(&all[1])[0],
+        ("tools.lookup.rate", "rate", 2, Some(1))
+    );
     // An adaptive limit stays the engine's own, after the store's quotas (none here).
     let s = b.fetch_tool_state("db", None).await.unwrap();
     assert_eq!(

@@ -141,3 +141,46 @@ pub async fn levels_of_a_partition_are_the_tenants_own<F: Factory>(f: &F) {
     assert_eq!(left(&b, "q", Some("acme")).await, [Some(4), Some(8)]);
     assert_eq!(left(&b, "q", None).await, [None, Some(8)]);
 }
+
+/// Every tool's state read at once (a state endpoint's list): the same figures as
+/// one tool at a time, for a policy of 150 tools (more quotas than one read takes,
+/// and on a cluster as many slot groups), a pool shared by two of them, and a
+/// tenant's partitions.
+pub async fn levels_of_every_tool_are_read_at_once<F: Factory>(f: &F) {
+    let mut toml = String::from("[pools.crm]\nrate = \"10/min\"\n");
+    for i in 0..150 {
+        toml.push_str(&format!("[tools.t{i:03}]\nrate = \"{}/min\"\n", i + 1));
+        if i < 2 {
+            toml.push_str("pools = [\"crm\"]\n");
+        }
+        if i == 149 {
+            toml.push_str("partition = \"tenant\"\n");
+        }
+    }
+    let b = f.make(&toml).await;
+    for (tool, n) in [("t000", 1), ("t001", 2), ("t099", 7)] {
+        assert_eq!(admitted(&b, &Call::new(tool), n).await.len(), n, "{tool}");
+    }
+    assert!(b.try_admit(&Call::new("t149").tenant("acme")).await.is_ok());
+    let all = b.states(Some("acme")).await;
+    assert_eq!(all.len(), 150);
+    for s in &all {
+        let one = b.state(&s.tool, Some("acme")).await.expect("a tool");
+        assert_eq!(s.quotas, one.quotas, "{}", s.tool);
+    }
+    let left = |tool: &str| {
+        let s = all.iter().find(|s| s.tool == tool).expect("listed");
+        s.quotas.iter().map(|q| q.available).collect::<Vec<_>>()
+    };
+    assert_eq!(left("t000"), [Some(0), Some(7)]);
+    assert_eq!(left("t001"), [Some(0), Some(7)]);
+    assert_eq!(left("t002"), [Some(3)]);
+    assert_eq!(left("t099"), [Some(93)]);
+    assert_eq!(left("t149"), [Some(149)]);
+    // Without a tenant, the partitioned quota has no figure; the rest are the same.
+    let all = b.states(None).await;
+    let t149 = all.iter().find(|s| s.tool == "t149").expect("listed");
+    assert_eq!(t149.quotas[0].available, None);
+    let t099 = all.iter().find(|s| s.tool == "t099").expect("listed");
+    assert_eq!(t099.quotas[0].available, Some(93));
+}
