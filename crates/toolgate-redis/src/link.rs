@@ -247,8 +247,14 @@ impl Link {
             timeout: self.timeout,
         };
         let deadline = tokio::time::Instant::now() + self.timeout;
+        // A read given up before it is sent (its turn or its time ran out) is counted
+        // as a timeout, as one Redis did not answer is (`Conn::invoke`).
+        let given_up = |e: StoreError| {
+            crate::latency::count_error("peek", &e);
+            Err(e)
+        };
         let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.peeks.acquire()).await else {
-            return Err(timeout);
+            return given_up(timeout);
         };
         let now = self.now_arg();
         let inv = self
@@ -256,7 +262,7 @@ impl Link {
             .peek(&now, quotas.iter().map(|(k, p)| (&**k, *p)));
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left < MIN_PEEK_LEFT {
-            return Err(timeout);
+            return given_up(timeout);
         }
         let value = match self.conn.invoke("peek", &inv, left).await {
             Err(StoreError::Timeout { .. }) => return Err(timeout),

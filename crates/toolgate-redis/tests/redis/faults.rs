@@ -304,6 +304,33 @@ fn a_hung_redis_is_counted_as_timeouts_on_every_path() {
     );
 }
 
+/// Reads of what quotas have left behind a hung Redis are each counted as a peek
+/// timeout: the two in flight, which Redis never answers, and the two given up while
+/// waiting their turn, which are never sent.
+#[test]
+fn reads_of_quota_levels_behind_a_hung_redis_are_counted_as_timeouts() {
+    if !redis_available() {
+        return;
+    }
+    let ((), errors) = counting_store_errors(async {
+        let server = RedisServer::start();
+        let engine = engine(&server, "fail_closed").await;
+        let warm = engine.fetch_tool_state("t", None).await.expect("a state");
+        assert!(warm.quotas[0].available.is_some(), "{warm:?}");
+        server.pause(true);
+        let reads = (0..4).map(|_| engine.fetch_tool_state("t", None));
+        for s in futures_util::future::join_all(reads).await {
+            let s = s.expect("a state");
+            assert_eq!(s.quotas[0].available, None, "no figure from a hung server");
+        }
+        server.pause(false);
+    });
+    assert_eq!(
+        errors.into_iter().collect::<Vec<_>>(),
+        [(("peek".to_string(), "timeout".to_string()), 4)]
+    );
+}
+
 /// Issue #13, item 11: connecting to a cluster node that does not answer fails as a
 /// time-out (the cluster client keeps the cause as text only), and is counted as one.
 #[test]
