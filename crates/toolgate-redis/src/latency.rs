@@ -64,7 +64,8 @@ impl Latency {
             "admit" => &self.admit,
             "release" => &self.release,
             "ping" => &self.ping,
-            // An operation without a handle of its own (none today): looked up.
+            // An operation without a handle of its own (`peek`, run when quota
+            // levels are read, not on every call): looked up.
             _ => {
                 metrics::histogram!("toolgate_store_latency_seconds", "op" => op).record(seconds);
                 return;

@@ -414,8 +414,10 @@ impl Engine {
                 tracing::warn!("the store answered quota figures for other tools");
                 Vec::new()
             }
-            // Debug only: a store that does not answer says so in its own logs, and
-            // a dashboard polling through an outage would repeat this every second.
+            // Debug only: the store counts the failure in its own metrics (the Redis
+            // store's `toolgate_store_errors_total{op="peek"}`, its outages logged by
+            // its admissions), and a dashboard polling through an outage would repeat
+            // this every second.
             Err(message) => {
                 tracing::debug!(%message, "the store gave no quota figures");
                 Vec::new()
