@@ -104,13 +104,13 @@ impl Live {
     /// read of the policy and a clone.
     #[inline(always)]
     pub(crate) fn tool(&self, name: &str) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
-        let hash = crate::words::hash(name.as_bytes());
+        let key = crate::words::Key::of(name.as_bytes());
         // The generation first: a tool found in the policy read after it is at least
         // as new as that generation, so the entry never outlives its policy.
         let generation = self.generation();
-        match recent::get(self.id, generation, hash, name) {
+        match recent::get(self.id, generation, &key, name) {
             Some(tool) => Ok(tool),
-            None => self.look_up(hash, generation, name),
+            None => self.look_up(key, generation, name),
         }
     }
 
@@ -118,14 +118,14 @@ impl Live {
     #[inline(never)]
     fn look_up(
         &self,
-        hash: u64,
+        key: crate::words::Key,
         generation: u64,
         name: &str,
     ) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
         let compiled = self.compiled();
-        match compiled.tools.get_hashed(hash, name) {
+        match compiled.tools.get_hashed(key.hash(), name) {
             Some(tool) => {
-                recent::put(self.id, generation, hash, tool);
+                recent::put(self.id, generation, key, tool);
                 Ok(tool.clone())
             }
             None => Err(compiled),

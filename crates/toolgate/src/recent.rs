@@ -7,7 +7,9 @@
 //! again (a gateway's worker, an agent's loop) keeps here, per tool, the engine it
 //! belongs to, the policy generation it was looked up in and a *weak* reference to
 //! its runtime: a hit is the name's hash and compare, one load of the generation and
-//! one `Weak::upgrade` (the permit's own reference, one locked instruction).
+//! one `Weak::upgrade` (the permit's own reference, one locked instruction). The
+//! entry keeps the name's key ([`crate::words::Key`]), which holds a short name
+//! whole: the name is compared against it, not read off the runtime.
 //!
 //! Why it is correct: an entry is used only while its engine's generation is the one
 //! it was looked up in, so it names the tool of the policy in force, as a read of the
@@ -25,6 +27,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
 use crate::tool::ToolRuntime;
+use crate::words::Key;
 
 /// Entries per thread (a power of two): direct-mapped by the name's hash.
 const WAYS: usize = 16;
@@ -35,8 +38,8 @@ struct Entry {
     live: u64,
     /// The engine's policy generation the tool was looked up in.
     generation: u64,
-    /// The hash of the tool's name ([`crate::words::hash`]).
-    hash: u64,
+    /// The key of the tool's name.
+    key: Key,
     tool: Weak<ToolRuntime>,
 }
 
@@ -45,16 +48,16 @@ thread_local! {
         const { RefCell::new([const { None }; WAYS]) };
 }
 
-/// The runtime of the tool `name` (whose hash is `hash`) of engine `live` at policy
+/// The runtime of the tool `name` (whose key is `key`) of engine `live` at policy
 /// generation `generation`, if this thread looked it up in that generation and the
 /// runtime is still alive.
 #[inline(always)]
-pub(crate) fn get(live: u64, generation: u64, hash: u64, name: &str) -> Option<Arc<ToolRuntime>> {
+pub(crate) fn get(live: u64, generation: u64, key: &Key, name: &str) -> Option<Arc<ToolRuntime>> {
     let tool = RECENT
         .try_with(|r| {
             let r = r.try_borrow().ok()?;
-            let e = r[hash as usize & (WAYS - 1)].as_ref()?;
-            if e.hash == hash && e.live == live && e.generation == generation {
+            let e = r[key.hash() as usize & (WAYS - 1)].as_ref()?;
+            if e.key == *key && e.live == live && e.generation == generation {
                 e.tool.upgrade()
             } else {
                 None
@@ -62,18 +65,19 @@ pub(crate) fn get(live: u64, generation: u64, hash: u64, name: &str) -> Option<A
         })
         .ok()
         .flatten()?;
-    // The name itself, read off the runtime now held (another name of the same
-    // 64-bit hash misses here).
-    crate::words::same(tool.name.as_bytes(), name.as_bytes()).then_some(tool)
+    // A short name's key is the name; a longer one is compared, read off the
+    // runtime now held.
+    (key.is_whole() || crate::words::same(tool.name.as_bytes(), name.as_bytes())).then_some(tool)
 }
 
-/// Remembers `tool`, looked up by its name (whose hash is `hash`) in engine `live`
-/// at policy generation `generation`, in place of the entry it maps to.
-pub(crate) fn put(live: u64, generation: u64, hash: u64, tool: &Arc<ToolRuntime>) {
+/// Remembers `tool`, looked up by its name (whose key is `key`) in engine `live` at
+/// policy generation `generation`, in place of the entry it maps to.
+pub(crate) fn put(live: u64, generation: u64, key: Key, tool: &Arc<ToolRuntime>) {
+    let slot = key.hash() as usize & (WAYS - 1);
     let entry = Entry {
         live,
         generation,
-        hash,
+        key,
         tool: Arc::downgrade(tool),
     };
     // During the thread's teardown, or re-entered (never, today): not remembered.
@@ -81,7 +85,7 @@ pub(crate) fn put(live: u64, generation: u64, hash: u64, tool: &Arc<ToolRuntime>
     let _replaced = RECENT.try_with(|r| {
         r.try_borrow_mut()
             .ok()
-            .and_then(|mut r| r[hash as usize & (WAYS - 1)].replace(entry))
+            .and_then(|mut r| r[slot].replace(entry))
     });
 }
 
@@ -214,20 +218,25 @@ mod tests {
     proptest! {
         /// Calls by name over many tools (more than the entries, so names share
         /// entries and evict each other) and two engines: each (engine, tool) is
-        /// admitted exactly its own burst, as if nothing were remembered.
+        /// admitted exactly its own burst, as if nothing were remembered. Half the
+        /// names are longer than a key holds whole (the same first 16 bytes): those
+        /// are compared by their bytes.
         #[test]
         fn every_call_finds_its_own_tool(
             calls in prop::collection::vec((0usize..2, 0usize..40), 0..400),
         ) {
+            let name = |i: usize| {
+                if i.is_multiple_of(2) { format!("tool-{i}") } else { format!("a-tool-of-a-longer-name-{i}") }
+            };
             let toml = |k: usize| {
                 (0..40)
-                    .map(|i| format!("[tools.\"tool-{i}\"]\nrate = \"1/h\"\nburst = {}\n", 1 + (i + k) % 4))
+                    .map(|i| format!("[tools.\"{}\"]\nrate = \"1/h\"\nburst = {}\n", name(i), 1 + (i + k) % 4))
                     .collect::<String>()
             };
             let engines = [engine(&toml(0)), engine(&toml(1))];
             let mut count = [[0u32; 40]; 2];
             for (e, t) in calls {
-                let name = format!("tool-{t}");
+                let name = name(t);
                 let burst = 1 + (t + e) as u32 % 4;
                 let ok = admitted(&engines[e], &name);
                 prop_assert_eq!(ok, count[e][t] < burst, "engine {} tool {}", e, t);

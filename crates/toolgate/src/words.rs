@@ -1,5 +1,6 @@
 //! Short byte strings (tool names, tenant keys) hashed and compared a word at a time,
-//! inline: [`hash`] and [`same`].
+//! inline: [`hash`] and [`same`], and a name's [`Key`] (its hash and, for a short
+//! name, its bytes as two words) for a lookup that compares without reading names.
 //!
 //! Written by hand because the names are short and the calls are hot: a general
 //! hasher's setup and a call to `memcmp` (or to `memcpy` for a variable-length tail)
@@ -9,24 +10,93 @@
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// The name's hash: each 8-byte word (the last one, shorter, read by [`tail_word`])
-/// folded in by a rotate, an exclusive or and a multiplication, then the length,
-/// then a final mix so that the low bits (the slot) depend on every byte.
-#[inline]
-pub(crate) fn hash(name: &[u8]) -> u64 {
+/// Names up to this many bytes are held whole in a [`Key`].
+const SHORT: usize = 16;
+
+/// A name as a lookup sees it: its [`hash`], its length and, for a name of at most
+/// [`SHORT`] bytes, every byte in two words. Two short names are the same bytes
+/// exactly when their keys are equal, so a lookup that keeps the key of what it
+/// stored compares without reading either name; a longer name's key holds its
+/// first 16 bytes, and equal keys still need the names compared ([`Key::is_whole`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Key {
+    hash: u64,
+    len: usize,
+    words: [u64; 2],
+}
+
+// === impl Key ===
+
+impl Key {
+    /// The key of `name`: one or two loads of a word for a short name, the words
+    /// of the rest for a longer one.
+    #[inline(always)]
+    pub(crate) fn of(name: &[u8]) -> Self {
+        let n = name.len();
+        let (words, h) = match n {
+            0 => ([0, 0], 0),
+            1..=7 => {
+                let w = tail_word(name);
+                ([w, 0], fold(0, w))
+            }
+            8..=SHORT => {
+                let w = [word(name, 0), word(name, n - 8)];
+                (w, fold(fold(0, w[0]), w[1]))
+            }
+            _ => ([word(name, 0), word(name, 8)], long(name)),
+        };
+        let h = (h ^ n as u64).wrapping_mul(K);
+        Self {
+            hash: h ^ (h >> 32),
+            len: n,
+            words,
+        }
+    }
+
+    /// The name's hash (see [`hash`]).
+    #[inline(always)]
+    pub(crate) fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// Whether the key holds every byte of its name, so that equal keys mean equal
+    /// names.
+    #[inline(always)]
+    pub(crate) fn is_whole(&self) -> bool {
+        self.len <= SHORT
+    }
+}
+
+/// One word folded into a hash: a rotate, an exclusive or and a multiplication.
+#[inline(always)]
+fn fold(h: u64, w: u64) -> u64 {
+    (h.rotate_left(5) ^ w).wrapping_mul(K)
+}
+
+/// The hash of a name longer than [`SHORT`] bytes, before its length is folded in:
+/// each 8-byte word, then the last 8 bytes (overlapping the words before when the
+/// length is not a multiple of 8). Out of line: the policy's names are mostly short.
+#[inline(never)]
+fn long(name: &[u8]) -> u64 {
     let mut h = 0u64;
     let mut words = name.chunks_exact(8);
     for w in &mut words {
         let mut b = [0u8; 8];
         b.copy_from_slice(w);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(b)).wrapping_mul(K);
+        h = fold(h, u64::from_le_bytes(b));
     }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        h = (h.rotate_left(5) ^ tail_word(tail)).wrapping_mul(K);
+    if !words.remainder().is_empty() {
+        h = fold(h, word(name, name.len() - 8));
     }
-    h = (h ^ name.len() as u64).wrapping_mul(K);
-    h ^ (h >> 32)
+    h
+}
+
+/// The name's hash: its words folded in (one or two for a short name), then its
+/// length, then a final mix so that the low bits (a table's slot) depend on every
+/// byte. Not keyed: it serves only maps whose keys are the policy's own names.
+#[inline(always)]
+pub(crate) fn hash(name: &[u8]) -> u64 {
+    Key::of(name).hash
 }
 
 /// The last 1 to 7 bytes of a name as one word, read in at most two loads that
@@ -74,6 +144,29 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// Equal keys of names of at most 16 bytes mean equal names, and a name's key
+        /// changes with any byte of it; longer names' keys say they need comparing.
+        #[test]
+        fn a_short_names_key_is_the_name(
+            a in prop::collection::vec(any::<u8>(), 0..24),
+            b in prop::collection::vec(any::<u8>(), 0..24),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            let (ka, kb) = (super::Key::of(&a), super::Key::of(&b));
+            prop_assert_eq!(ka.is_whole(), a.len() <= 16);
+            if ka.is_whole() && kb.is_whole() {
+                prop_assert_eq!(ka == kb, a == b);
+            }
+            prop_assert_eq!(ka, super::Key::of(&a.clone()));
+            prop_assert_eq!(super::hash(&a), ka.hash());
+            if !a.is_empty() && a.len() <= 16 {
+                let mut c = a.clone();
+                c[at.index(a.len())] ^= flip;
+                prop_assert_ne!(ka, super::Key::of(&c));
+            }
+        }
+
         /// `same` says what `==` says, for names of every length up to 40 (the inline
         /// loads of 1–16 bytes and `memcmp` beyond), and for a name against the same
         /// name with one byte changed (the loads must cover every byte).
