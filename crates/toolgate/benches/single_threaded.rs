@@ -3,7 +3,9 @@
 //! drops it, `_success` completes it with an outcome instead, the `_owned_permit`
 //! variant uses the owned permit, `_by_name` the lookup by name. The `floor:` rows
 //! time what those forms cannot do without in safe Rust, in the same run: sharing
-//! the tool with the permit (one `Arc` clone and drop: two locked instructions) and
+//! the tool with the permit (one `Arc` clone and drop: two locked instructions), the
+//! same after a compare-and-swap like the one that charges a bucket (the three locked
+//! instructions of an owned permit, where governor's `check()` has the one) and
 //! reading the policy in force, which a reload may swap (one `arc-swap` load).
 //! `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
 //! against governor's `check()` saying when to retry.
@@ -52,6 +54,21 @@ pub(crate) fn bench(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("floor: Arc clone+drop", TOOLGATE), |b| {
         b.iter(|| drop(std::hint::black_box(shared.clone())));
     });
+    // What a governor-like decision does (one compare-and-swap) plus the share: the
+    // three locked instructions an owned permit cannot do without, back to back.
+    let word = std::sync::atomic::AtomicU64::new(0);
+    g.bench_function(
+        BenchmarkId::new("floor: CAS + Arc clone+drop", TOOLGATE),
+        |b| {
+            b.iter(|| {
+                use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+                let w = std::hint::black_box(&word);
+                let v = w.load(Relaxed);
+                let _ = w.compare_exchange(v, v.wrapping_add(1), AcqRel, Acquire);
+                drop(std::hint::black_box(shared.clone()));
+            });
+        },
+    );
     let swap = arc_swap::ArcSwap::from_pointee(0u64);
     g.bench_function(BenchmarkId::new("floor: arc-swap load", TOOLGATE), |b| {
         b.iter(|| drop(std::hint::black_box(swap.load())));
