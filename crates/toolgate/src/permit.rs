@@ -305,6 +305,16 @@ impl Kept {
 impl Drop for Permit {
     #[inline(always)]
     fn drop(&mut self) {
+        // A permit that keeps nothing and is no probe (every admission of the fast
+        // path) ends as `finish(None)` would end it, counted through the reference
+        // it holds, which the field's own drop then releases: nothing is written to
+        // the permit before that locked instruction, which would wait for the write.
+        if self.kept.is_empty() && !self.probe {
+            if let Some(tool) = &self.tool {
+                tool.stats.on_finish();
+            }
+            return;
+        }
         self.finish(None);
     }
 }
