@@ -187,6 +187,8 @@ impl Permit {
     #[inline]
     pub fn complete(mut self, completion: Completion) {
         self.finish(Some(completion));
+        // Ended: its drop has nothing left to do.
+        self.tool = None;
     }
 
     /// Gives back what admission charged, for a call that never ran (an unused part
@@ -250,14 +252,18 @@ impl Permit {
         }
     }
 
-    /// Ends the call (`completion`: how, if known), once: inline when the permit
-    /// keeps nothing but its tool, as every admission of the fast path.
+    /// Ends the call (`completion`: how, if known): inline when the permit keeps
+    /// nothing but its tool, as every admission of the fast path. Such a permit is
+    /// ended through its reference, left in place: nothing is written to the permit
+    /// before the reference's release (a locked instruction, which would wait for
+    /// the write). So the caller ends it once, then drops it ([`Drop`]) or clears
+    /// its tool ([`Permit::complete`]).
     #[inline(always)]
     fn finish(&mut self, completion: Option<Completion>) {
         if !self.kept.is_empty() {
             return self.finish_kept(completion);
         }
-        if let Some(tool) = self.tool.take() {
+        if let Some(tool) = &self.tool {
             tool.end_call(completion, self.probe, self.tenant);
         }
     }
@@ -305,16 +311,6 @@ impl Kept {
 impl Drop for Permit {
     #[inline(always)]
     fn drop(&mut self) {
-        // A permit that keeps nothing and is no probe (every admission of the fast
-        // path) ends as `finish(None)` would end it, counted through the reference
-        // it holds, which the field's own drop then releases: nothing is written to
-        // the permit before that locked instruction, which would wait for the write.
-        if self.kept.is_empty() && !self.probe {
-            if let Some(tool) = &self.tool {
-                tool.stats.on_finish();
-            }
-            return;
-        }
         self.finish(None);
     }
 }
@@ -473,8 +469,11 @@ impl<'a> ScopedPermit<'a> {
 /// freeing it is out of line too).
 #[inline(never)]
 #[allow(clippy::boxed_local)]
-fn end_owned(mut p: Box<Permit>, completion: Option<Completion>) {
-    p.finish(completion);
+fn end_owned(p: Box<Permit>, completion: Option<Completion>) {
+    match completion {
+        Some(c) => p.complete(c),
+        None => drop(p),
+    }
 }
 
 impl Drop for ScopedPermit<'_> {

@@ -48,6 +48,12 @@ thread_local! {
         const { RefCell::new([const { None }; WAYS]) };
 }
 
+/// The entry a name of key `key` maps to.
+#[inline(always)]
+fn slot(key: &Key) -> usize {
+    key.hash() as usize & (WAYS - 1)
+}
+
 /// The runtime of the tool `name` (whose key is `key`) of engine `live` at policy
 /// generation `generation`, if this thread looked it up in that generation and the
 /// runtime is still alive.
@@ -56,7 +62,7 @@ pub(crate) fn get(live: u64, generation: u64, key: &Key, name: &str) -> Option<A
     let tool = RECENT
         .try_with(|r| {
             let r = r.try_borrow().ok()?;
-            let e = r[key.hash() as usize & (WAYS - 1)].as_ref()?;
+            let e = r[slot(key)].as_ref()?;
             if e.key == *key && e.live == live && e.generation == generation {
                 e.tool.upgrade()
             } else {
@@ -73,7 +79,7 @@ pub(crate) fn get(live: u64, generation: u64, key: &Key, name: &str) -> Option<A
 /// Remembers `tool`, looked up by its name (whose key is `key`) in engine `live` at
 /// policy generation `generation`, in place of the entry it maps to.
 pub(crate) fn put(live: u64, generation: u64, key: Key, tool: &Arc<ToolRuntime>) {
-    let slot = key.hash() as usize & (WAYS - 1);
+    let at = slot(&key);
     let entry = Entry {
         live,
         generation,
@@ -85,7 +91,7 @@ pub(crate) fn put(live: u64, generation: u64, key: Key, tool: &Arc<ToolRuntime>)
     let _replaced = RECENT.try_with(|r| {
         r.try_borrow_mut()
             .ok()
-            .and_then(|mut r| r[slot].replace(entry))
+            .and_then(|mut r| r[at].replace(entry))
     });
 }
 
