@@ -4,13 +4,14 @@
 # stdio, in front of @modelcontextprotocol/server-everything (npm) started by
 # toolgate as a stdio upstream. Installs what it needs, idempotently: the pinned npm
 # package into target/mcp-node (npm ci from the committed package-lock.json, again
-# only when the lock changed), the pip requirements into the shared venv
-# target/py-venv (created by scripts/py-venv when missing).
+# only when the lock changed), the pip requirements into the venv it shares with
+# 50-python.sh (scripts/py-venv-default: one per machine and set of pins, created by
+# scripts/py-venv when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root="$PWD"
 target="${CARGO_TARGET_DIR:-$root/target}"
-venv="${TOOLGATE_PY_VENV:-$target/py-venv}"
+venv=$(bash scripts/py-venv-default)
 node_src=crates/toolgate-mcp/tests/node
 node_dir="$target/mcp-node"
 

@@ -11,8 +11,7 @@
 # a release wheel would cost minutes more on two cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-venv="${TOOLGATE_PY_VENV:-target/py-venv}"
-case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
+venv=$(bash scripts/py-venv-default)
 
 bash scripts/py-venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/toolgate-py/requirements-test.txt
