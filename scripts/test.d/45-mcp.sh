@@ -36,7 +36,11 @@ bash scripts/py-venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   -r crates/toolgate-mcp/tests/requirements.txt
 
-cargo build -q -p toolgate-gateway --locked
+# The `toolgate` binary as `cargo test --workspace --all-targets` builds it (nothing to
+# do after 20-rust-tests): `cargo build -p toolgate-gateway` alone resolves other
+# features for shared dependencies and compiled a second copy of the gateway and part
+# of its tree (36–80 s on a slow 2-vCPU VM).
+cargo test -q --workspace --all-targets --no-run --locked
 export TOOLGATE_BIN="$target/debug/toolgate"
 export TOOLGATE_MCP_EVERYTHING="$node_dir/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider crates/toolgate-mcp/tests/python

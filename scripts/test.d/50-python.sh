@@ -15,6 +15,9 @@ venv=$(bash scripts/py-venv-default)
 
 bash scripts/py-venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/toolgate-py/requirements-test.txt
+# The tests run the gateway binary as `cargo test --workspace --all-targets` builds it
+# (nothing to do after 20-rust-tests); see 45-mcp.sh.
+cargo test -q --workspace --all-targets --no-run --locked
 wheels="$PWD/target/py-wheels"
 rm -f "$wheels"/toolgate-*.whl
 (cd crates/toolgate-py && "$venv/bin/maturin" build --locked -q -i "$venv/bin/python" -o "$wheels")
@@ -27,8 +30,6 @@ esac
 "$venv/bin/python" -m pip check
 "$venv/bin/python" -m mypy.stubtest toolgate._toolgate
 "$venv/bin/python" -m mypy --config-file crates/toolgate-py/pyproject.toml crates/toolgate-py/python/toolgate
-# The mesh example's test runs the gateway binary (built by 20-rust-tests.sh).
-cargo build -q -p toolgate-gateway --locked
 export TOOLGATE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/toolgate"
 cd crates/toolgate-py
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
