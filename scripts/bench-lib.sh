@@ -63,3 +63,11 @@ bench_cpu() {
 bench_median() {
   sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# bench_spread FORMAT: the numbers on stdin as "median (min–max)", each printed with
+# the printf FORMAT (e.g. %.2f): the summary of per-round ratios.
+bench_spread() {
+  local sorted
+  sorted=$(sort -g)
+  printf "$1 ($1–$1)" "$(echo "$sorted" | bench_median)" "$(echo "$sorted" | head -1)" "$(echo "$sorted" | tail -1)"
+}
