@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::nanos;
+use crate::clock::{nanos, Nanos};
 use crate::compiled::Compiled;
 use crate::fair::{FairQueue, Ticket, Turn as FairTurn};
 use crate::live::Live;
@@ -92,18 +92,34 @@ pub(crate) fn try_admit_tool(
     tool: impl ToolRef,
     call: &Call<'_>,
 ) -> Result<Permit, Rejection> {
-    let t = tool.runtime();
-    if live.shared.store.is_some() {
-        return Err(needs_async(t, call));
-    }
     // The steps of `ToolRuntime::try_admit` (fast path, quiet path, gates), in the
     // same order, but with the permit made here: one that keeps nothing is built
     // without an `Admission` (the hot path of every call by name). One function for
     // both measured worse on every path past the fast one (docs/benchmarks.md,
-    // round five): keep the two in step.
+    // round five): keep the two in step. On a shared store a tool has no fast
+    // path (`compiled.rs`), so the store is asked about past it.
     let now = live.shared.now();
-    if t.try_admit_fast(call, now) {
+    if tool.runtime().try_admit_fast(call, now) {
         return Ok(Permit::immediate(Some(tool.into_owned()), now));
+    }
+    try_admit_past_fast(live, tool, call, now)
+}
+
+/// [`try_admit_tool`] once the fast path, tried at `now`, said no (or cannot
+/// apply): a shared store, the quiet path, then the gates. Inline: a
+/// [`crate::ToolHandle`] calls it from its own out-of-line general path, and a call
+/// by name is one function (a call more, past the fast path, cost every path there
+/// 10-25 instructions).
+#[inline(always)]
+pub(crate) fn try_admit_past_fast(
+    live: &Live,
+    tool: impl ToolRef,
+    call: &Call<'_>,
+    now: Nanos,
+) -> Result<Permit, Rejection> {
+    let t = tool.runtime();
+    if live.shared.store.is_some() {
+        return Err(needs_async(t, call));
     }
     // A call decided while no gate has a say (a tenant's slot): its permit keeps
     // nothing either, and is made without an `Admission`.

@@ -55,10 +55,33 @@ impl ToolHandle {
     /// # Errors
     ///
     /// A [`Rejection`]; nothing was consumed.
+    #[inline(always)]
     pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        match self.current() {
-            Some(tool) => admit::try_admit_tool(&self.live, tool, call),
-            None => admit::try_admit(
+        // As `try_admit_scoped`: the fast path on the cached tool, with no generation
+        // check (a reload closes the fast path of the runtimes it replaced).
+        if let Some((_, tool)) = &self.cached {
+            let now = self.live.shared.now();
+            if tool.try_admit_fast(call, now) {
+                return Ok(Permit::immediate(Some(tool.clone()), now));
+            }
+            return self.try_admit_general(Some(now), call);
+        }
+        self.try_admit_general(None, call)
+    }
+
+    /// [`ToolHandle::try_admit`] past the fast path (tried on the cached tool at the
+    /// time `tried`, if any), out of line so that the fast path stays small enough to
+    /// inline.
+    #[inline(never)]
+    fn try_admit_general(
+        &self,
+        tried: Option<Nanos>,
+        call: &Call<'_>,
+    ) -> Result<Permit, Rejection> {
+        match (self.current(), tried) {
+            (Some(tool), Some(now)) => admit::try_admit_past_fast(&self.live, tool, call, now),
+            (Some(tool), None) => admit::try_admit_tool(&self.live, tool, call),
+            (None, _) => admit::try_admit(
                 &self.live,
                 &Call {
                     tool: &self.name,
@@ -98,11 +121,11 @@ impl ToolHandle {
         tried: Option<Nanos>,
         call: &Call<'_>,
     ) -> Result<ScopedPermit<'a>, Rejection> {
-        let tried = tried
+        let ready = tried
             .and_then(|now| Some((self.current()?, now)))
             .filter(|_| self.live.shared.store.is_none());
-        let Some((tool, now)) = tried else {
-            return self.try_admit(call).map(ScopedPermit::owned);
+        let Some((tool, now)) = ready else {
+            return self.try_admit_general(tried, call).map(ScopedPermit::owned);
         };
         // As `ToolRuntime::try_admit_general`, except that a call its tenant's slot
         // admits while no gate has a say gets a permit that borrows the tool too (no

@@ -269,6 +269,31 @@ fn a_scoped_permit_of_a_handle_resolved_before_a_reload_obeys_the_new_policy() {
 }
 
 #[test]
+fn an_owned_permit_of_a_handle_resolved_before_a_reload_obeys_the_new_policy() {
+    // As the scoped case above, for `ToolHandle::try_admit`, whose fast path on the
+    // cached runtime does not check the policy's generation either: the reload
+    // closes the old runtime's fast path, and the handle's general path re-resolves.
+    let (engine, _clock) = engine("[tools.a]\nrate = \"100/s\"\nburst = 100");
+    let handle = engine.tool("a");
+    let call = Call::new("a");
+    drop(handle.try_admit(&call).unwrap());
+    engine.apply(
+        Policy::from_toml_str("[tools.a]\nrate = \"100/s\"\nburst = 100\nconcurrency = 1").unwrap(),
+    );
+    let held = handle.try_admit(&call).unwrap();
+    assert_eq!(
+        handle
+            .try_admit(&call)
+            .map(|_| ())
+            .map_err(|r| (r.reason().as_str(), r.quota().to_owned())),
+        Err(("concurrency_limited", "tools.a.concurrency".to_owned()))
+    );
+    drop(held);
+    assert!(handle.try_admit(&call).is_ok());
+    assert_eq!(quota(&engine, "a", "tools.a.rate").available, Some(97));
+}
+
+#[test]
 fn waiters_racing_reloads_and_cancellations_never_exceed_the_rate() {
     // Waiters on a multi-threaded runtime, a third of them cancelled, while the
     // policy flips at every step (a changed definition each time: a bucket's burst
