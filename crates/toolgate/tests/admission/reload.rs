@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use toolgate::{Call, Clock, Policy};
+use toolgate::{Call, Clock, Policy, ScopedPermit};
 
 use crate::support::{admit_n, engine, ms, quota};
 
@@ -243,54 +243,42 @@ fn a_tool_handle_follows_a_reload() {
 }
 
 #[test]
-fn a_scoped_permit_of_a_handle_resolved_before_a_reload_obeys_the_new_policy() {
+fn a_handle_resolved_before_a_reload_obeys_the_new_policy_owned_or_scoped() {
     // The bucket's definition is unchanged, so its cell (and its lock-free word)
     // carries over; the reload adds a concurrency limit, which takes the tool off
     // the fast path. A handle resolved before the reload must not keep admitting
-    // through the old runtime's fast path.
-    let (engine, _clock) = engine("[tools.a]\nrate = \"100/s\"\nburst = 100");
-    let handle = engine.tool("a");
-    let call = Call::new("a");
-    drop(handle.try_admit_scoped(&call).unwrap());
-    engine.apply(
-        Policy::from_toml_str("[tools.a]\nrate = \"100/s\"\nburst = 100\nconcurrency = 1").unwrap(),
-    );
-    let held = handle.try_admit_scoped(&call).unwrap();
-    let no = handle.try_admit_scoped(&call).map(|p| p.into_owned());
-    assert_eq!(
-        no.map(|_| ())
-            .map_err(|r| (r.reason().as_str(), r.quota().to_owned())),
-        Err(("concurrency_limited", "tools.a.concurrency".to_owned()))
-    );
-    drop(held);
-    assert!(handle.try_admit_scoped(&call).is_ok());
-    // The bucket kept its state: 1 + 2 + 1 taken of 100.
-    assert_eq!(quota(&engine, "a", "tools.a.rate").available, Some(97));
-}
-
-#[test]
-fn an_owned_permit_of_a_handle_resolved_before_a_reload_obeys_the_new_policy() {
-    // As the scoped case above, for `ToolHandle::try_admit`, whose fast path on the
-    // cached runtime does not check the policy's generation either: the reload
-    // closes the old runtime's fast path, and the handle's general path re-resolves.
-    let (engine, _clock) = engine("[tools.a]\nrate = \"100/s\"\nburst = 100");
-    let handle = engine.tool("a");
-    let call = Call::new("a");
-    drop(handle.try_admit(&call).unwrap());
-    engine.apply(
-        Policy::from_toml_str("[tools.a]\nrate = \"100/s\"\nburst = 100\nconcurrency = 1").unwrap(),
-    );
-    let held = handle.try_admit(&call).unwrap();
-    assert_eq!(
-        handle
-            .try_admit(&call)
-            .map(|_| ())
-            .map_err(|r| (r.reason().as_str(), r.quota().to_owned())),
-        Err(("concurrency_limited", "tools.a.concurrency".to_owned()))
-    );
-    drop(held);
-    assert!(handle.try_admit(&call).is_ok());
-    assert_eq!(quota(&engine, "a", "tools.a.rate").available, Some(97));
+    // through the old runtime's fast path, whose permits neither `try_admit` nor
+    // `try_admit_scoped` checks against the policy's generation: the reload closes
+    // that fast path, and the handle's general path re-resolves.
+    for scoped in [false, true] {
+        let (engine, _clock) = engine("[tools.a]\nrate = \"100/s\"\nburst = 100");
+        let handle = engine.tool("a");
+        let call = Call::new("a");
+        let admit = || {
+            if scoped {
+                handle.try_admit_scoped(&call).map(ScopedPermit::into_owned)
+            } else {
+                handle.try_admit(&call)
+            }
+        };
+        drop(admit().unwrap());
+        engine.apply(
+            Policy::from_toml_str("[tools.a]\nrate = \"100/s\"\nburst = 100\nconcurrency = 1")
+                .unwrap(),
+        );
+        let held = admit().unwrap();
+        assert_eq!(
+            admit()
+                .map(|_| ())
+                .map_err(|r| (r.reason().as_str(), r.quota().to_owned())),
+            Err(("concurrency_limited", "tools.a.concurrency".to_owned())),
+            "scoped: {scoped}"
+        );
+        drop(held);
+        assert!(admit().is_ok(), "scoped: {scoped}");
+        // The bucket kept its state: 1 + 2 + 1 taken of 100.
+        assert_eq!(quota(&engine, "a", "tools.a.rate").available, Some(97));
+    }
 }
 
 #[test]
