@@ -71,3 +71,25 @@ bench_spread() {
   sorted=$(sort -g)
   printf "$1 ($1–$1)" "$(echo "$sorted" | bench_median)" "$(echo "$sorted" | head -1)" "$(echo "$sorted" | tail -1)"
 }
+
+# bench_exe ARGS...: the path of the benchmark executable `cargo bench ARGS --no-run`
+# builds (exactly one), read off cargo's JSON messages.
+bench_exe() {
+  cargo bench --locked -q "$@" --no-run --message-format=json |
+    python3 -c 'import json, sys
+exes = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")]
+sys.exit("bench_exe: expected one executable, got %d" % len(exes)) if len(exes) != 1 else print(exes[0])'
+}
+
+# bench_base REV: a worktree of REV (the build compared against), detached, in
+# $work/base, built into a target directory of its own under target/bench-base (kept
+# between runs); sets $base_dir and $base_target, and adds the worktree's removal to
+# the script's cleanup through $base_worktree.
+bench_base() {
+  local sha
+  sha=$(git rev-parse --verify --quiet "$1^{commit}") || { echo "$0: no such revision: $1" >&2; exit 1; }
+  base_dir="$work/base"
+  base_target="$PWD/target/bench-base/$sha"
+  git worktree add -q --detach "$base_dir" "$sha"
+  base_worktree="$base_dir"
+}
