@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Forms: `governor` (one `check()`), `scoped` (`ToolHandle::try_admit_scoped`),
-//! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`), `tenant`
+//! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`),
+//! `by_name_async` and `rejected_async` (`Engine::admit` polled once, as the
+//! gateway's first poll: admitted, and refused by a spent bucket), `tenant`
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
 //! (`Engine::try_admit` of a call under four quotas, completed with its token count,
 //! as in the `quotas_per_call` criterion group), `concurrency` (`Engine::try_admit` of
@@ -69,6 +71,9 @@ fn run(form: &str, n: u64) {
         "scoped" => (0..n).for_each(|_| drop(handle.try_admit_scoped(black_box(&call)).unwrap())),
         "owned" => (0..n).for_each(|_| drop(handle.try_admit(black_box(&call)).unwrap())),
         "by_name" => (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap())),
+        "by_name_async" => {
+            (0..n).for_each(|_| drop(poll_once(e.admit(black_box(&call))).unwrap()));
+        }
         "governor_keyed" => {
             let gov = governor_keyed();
             let keys = tenant_keys(64);
@@ -126,6 +131,11 @@ fn run(form: &str, n: u64) {
             let e = engine(SPENT_BUCKET);
             drop(e.try_admit(&call).unwrap());
             (0..n).for_each(|_| drop(black_box(e.try_admit(black_box(&call))).unwrap_err()));
+        }
+        "rejected_async" => {
+            let e = engine(SPENT_BUCKET);
+            drop(e.try_admit(&call).unwrap());
+            (0..n).for_each(|_| drop(black_box(poll_once(e.admit(black_box(&call)))).unwrap_err()));
         }
         "pipeline_bare" | "pipeline_run" => {
             let e = engine(PIPELINE_TOOL);
