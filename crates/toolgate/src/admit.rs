@@ -147,23 +147,72 @@ pub(crate) fn try_admit_past_fast(
 }
 
 /// The answer `call` of `tool` (just looked up) gets at once, in memory, when it
-/// `waits` as [`admit`] would let it: `None` when only [`admit`] can give it (a
+/// `waits` as [`admit`] would let it: `tool` back when only [`admit`] can give it (a
 /// shared store, a reload under way, or a refusal the call may wait out, which
 /// [`admit`] then decides again before it waits). The same decision [`admit`] makes
-/// first, without its future.
-pub(crate) fn decide_now(
+/// first, without its future, and with [`try_admit_tool`]'s permits (one that keeps
+/// nothing is made without an `Admission`).
+#[inline]
+pub(crate) fn decide_now<T: ToolRef>(
     live: &Live,
-    tool: &Arc<ToolRuntime>,
+    tool: T,
     call: &Call<'_>,
     waits: Waits,
-) -> Option<Result<Permit, Rejection>> {
+) -> Result<Result<Permit, Rejection>, T> {
     if live.shared.store.is_some() {
-        return None;
+        return Err(tool);
     }
-    match tool.try_admit(call, live.shared.now()) {
-        Ok(admission) => Some(Ok(Permit::admitted(tool.clone(), admission))),
-        Err(d) if d.stale || (d.can_wait && waits.for_call(tool, call)) => None,
-        Err(d) => Some(Err(tool.refuse(d, call.tenant))),
+    let now = live.shared.now();
+    if tool.runtime().try_admit_fast(call, now) {
+        return Ok(Ok(Permit::immediate(Some(tool.into_owned()), now)));
+    }
+    decide_past_fast(tool, call, now, waits)
+}
+
+/// [`decide_now`] once the fast path, tried at `now`, said no: out of line, so that
+/// the fast path stays small enough to inline into the futures that call it.
+#[inline(never)]
+fn decide_past_fast<T: ToolRef>(
+    tool: T,
+    call: &Call<'_>,
+    now: Nanos,
+    waits: Waits,
+) -> Result<Result<Permit, Rejection>, T> {
+    let t = tool.runtime();
+    let general = match t.try_admit_quiet(call, now) {
+        Ok(Some(tenant)) => {
+            let mut permit = Permit::immediate(Some(tool.into_owned()), now);
+            permit.set_tenant(tenant);
+            return Ok(Ok(permit));
+        }
+        Ok(None) => t.try_admit_gated(call, now),
+        Err(d) => Err(d),
+    };
+    match general {
+        Ok(admission) => Ok(Ok(Permit::admitted(tool.into_owned(), admission))),
+        Err(d) if d.stale || (d.can_wait && waits.for_call(t, call)) => Err(tool),
+        Err(d) => Ok(Err(t.refuse(d, call.tenant))),
+    }
+}
+
+/// [`admit`] of a call by name ([`crate::Engine::admit`],
+/// [`crate::Engine::admit_now`]), decided at once when it can be ([`decide_now`]):
+/// the future's first poll then answers without building [`admit`]'s, which is
+/// boxed, so that this future stays small (it is moved at least once, into place,
+/// and [`admit`]'s is 528 bytes); only a call that waits or goes to a shared store
+/// allocates it.
+pub(crate) async fn admit_by_name(
+    live: &Live,
+    call: &Call<'_>,
+    waits: Waits,
+) -> Result<Permit, Rejection> {
+    let tool = match resolve(live, call) {
+        Ok(tool) => tool,
+        Err(unknown) => return unknown,
+    };
+    match decide_now(live, tool, call, waits) {
+        Ok(answer) => answer,
+        Err(tool) => Box::pin(admit(live, Some(tool), call, waits)).await,
     }
 }
 

@@ -171,7 +171,7 @@ impl Engine {
     /// # }
     /// ```
     pub async fn admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        crate::admit::admit(&self.live, None, call, Waits::AsTheToolSays).await
+        crate::admit::admit_by_name(&self.live, call, Waits::AsTheToolSays).await
     }
 
     /// Admits `call` now or rejects it now, like [`Engine::try_admit`], on any store
@@ -181,7 +181,7 @@ impl Engine {
     ///
     /// A [`Rejection`]; nothing was consumed.
     pub async fn admit_now(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        crate::admit::admit(&self.live, None, call, Waits::Never).await
+        crate::admit::admit_by_name(&self.live, call, Waits::Never).await
     }
 
     /// Admits every call or none (a multi-step plan): quotas shared by several calls

@@ -187,7 +187,9 @@ impl<'r, 'k> Run<'r, 'k> {
         // reload between attempts is seen.
         let resolved = self.tool.as_ref().filter(|_| number == 1);
         let waits = Waits::AsTheToolSays;
-        if let Some(answer) = resolved.and_then(|t| admit::decide_now(self.live, t, &call, waits)) {
+        if let Some(answer) =
+            resolved.and_then(|t| admit::decide_now(self.live, t, &call, waits).ok())
+        {
             return answer;
         }
         admit::admit(self.live, resolved.cloned(), &call, waits).await
