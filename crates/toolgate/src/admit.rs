@@ -170,7 +170,10 @@ pub(crate) fn decide_now<T: ToolRef>(
 }
 
 /// [`decide_now`] once the fast path, tried at `now`, said no: out of line, so that
-/// the fast path stays small enough to inline into the futures that call it.
+/// the fast path stays small enough to inline into the futures that call it. The
+/// same steps as [`try_admit_past_fast`]; keep the two in step. One function for both
+/// (the denial handed back with the tool) cost every path past the fast one 14-33
+/// instructions (docs/benchmarks.md, round sixteen).
 #[inline(never)]
 fn decide_past_fast<T: ToolRef>(
     tool: T,
