@@ -87,7 +87,7 @@ impl ToolRef for Arc<ToolRuntime> {
 
 /// [`try_admit`] for a tool already looked up.
 #[inline]
-pub(crate) fn try_admit_tool(
+fn try_admit_tool(
     live: &Live,
     tool: impl ToolRef,
     call: &Call<'_>,

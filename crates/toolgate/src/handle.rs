@@ -70,8 +70,9 @@ impl ToolHandle {
     }
 
     /// [`ToolHandle::try_admit`] past the fast path (tried on the cached tool at the
-    /// time `tried`, if any), out of line so that the fast path stays small enough to
-    /// inline.
+    /// time `tried`, if any: `None` only without a cached tool), out of line so that
+    /// the fast path stays small enough to inline. A tool cached in an older policy
+    /// generation, or none, is looked up by name.
     #[inline(never)]
     fn try_admit_general(
         &self,
@@ -80,8 +81,7 @@ impl ToolHandle {
     ) -> Result<Permit, Rejection> {
         match (self.current(), tried) {
             (Some(tool), Some(now)) => admit::try_admit_past_fast(&self.live, tool, call, now),
-            (Some(tool), None) => admit::try_admit_tool(&self.live, tool, call),
-            (None, _) => admit::try_admit(
+            _ => admit::try_admit(
                 &self.live,
                 &Call {
                     tool: &self.name,

@@ -322,11 +322,12 @@ impl Drop for Permit {
     #[inline(always)]
     fn drop(&mut self) {
         // A permit that keeps nothing and is no probe (every admission of the fast
-        // path) only counts its call out, inline; the rest ends out of line, so that
-        // the inline part needs no room for a completion.
+        // path) ends inline (for such a permit, dropped without an outcome, ending is
+        // counting the call out); the rest ends out of line, so that the inline part
+        // needs no room for a completion.
         if self.kept.is_empty() && !self.probe {
             if let Some(tool) = &self.tool {
-                tool.stats.on_finish();
+                tool.end_call(None, false, self.tenant);
             }
             return;
         }
