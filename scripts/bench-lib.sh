@@ -83,13 +83,16 @@ sys.exit("bench_exe: expected one executable, got %d" % len(exes)) if len(exes) 
 
 # bench_base REV: a worktree of REV (the build compared against), detached, in
 # $work/base, built into a target directory of its own under target/bench-base (kept
-# between runs); sets $base_dir and $base_target, and adds the worktree's removal to
-# the script's cleanup through $base_worktree.
+# between runs); sets $base_dir and $base_target. The script's exit trap calls
+# bench_base_cleanup, which removes the worktree if there is one.
 bench_base() {
   local sha
   sha=$(git rev-parse --verify --quiet "$1^{commit}") || { echo "$0: no such revision: $1" >&2; exit 1; }
   base_dir="$work/base"
   base_target="$PWD/target/bench-base/$sha"
   git worktree add -q --detach "$base_dir" "$sha"
-  base_worktree="$base_dir"
+}
+
+bench_base_cleanup() {
+  if [ -n "${base_dir:-}" ] && [ -d "$base_dir" ]; then git worktree remove --force "$base_dir"; fi
 }
