@@ -87,11 +87,7 @@ impl ToolRef for Arc<ToolRuntime> {
 
 /// [`try_admit`] for a tool already looked up.
 #[inline]
-fn try_admit_tool(
-    live: &Live,
-    tool: impl ToolRef,
-    call: &Call<'_>,
-) -> Result<Permit, Rejection> {
+fn try_admit_tool(live: &Live, tool: impl ToolRef, call: &Call<'_>) -> Result<Permit, Rejection> {
     // The steps of `ToolRuntime::try_admit` (fast path, quiet path, gates), in the
     // same order, but with the permit made here: one that keeps nothing is built
     // without an `Admission` (the hot path of every call by name). One function for
