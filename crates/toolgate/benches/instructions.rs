@@ -10,6 +10,7 @@
 //!
 //! Forms: `governor` (one `check()`), `scoped` (`ToolHandle::try_admit_scoped`),
 //! `owned` (`ToolHandle::try_admit`), `by_name` (`Engine::try_admit`),
+//! `by_name_long` (the same, of a tool named in 27 bytes, as MCP tools often are),
 //! `by_name_async` and `rejected_async` (`Engine::admit` polled once, as the
 //! gateway's first poll: admitted, and refused by a spent bucket), `tenant`
 //! (`Engine::try_admit` on a per-tenant bucket, 64 tenants in turn), `four`
@@ -71,6 +72,12 @@ fn run(form: &str, n: u64) {
         "scoped" => (0..n).for_each(|_| drop(handle.try_admit_scoped(black_box(&call)).unwrap())),
         "owned" => (0..n).for_each(|_| drop(handle.try_admit(black_box(&call)).unwrap())),
         "by_name" => (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap())),
+        "by_name_long" => {
+            let name = "github__create_pull_request";
+            let e = engine(&OPEN_BUCKET.replace("[tools.t]", &format!("[tools.{name}]")));
+            let call = Call::new(name);
+            (0..n).for_each(|_| drop(e.try_admit(black_box(&call)).unwrap()));
+        }
         "by_name_async" => {
             (0..n).for_each(|_| drop(poll_once(e.admit(black_box(&call))).unwrap()));
         }

@@ -36,12 +36,8 @@ pub struct ToolHandle {
 impl ToolHandle {
     /// A handle on `tool` in the policy in force in `live`.
     pub(crate) fn new(live: Arc<Live>, tool: &str) -> Self {
-        let generation = live.generation();
-        let cached = live
-            .compiled()
-            .tools
-            .get(tool)
-            .map(|t| (generation, t.clone()));
+        let stamp = live.stamp();
+        let cached = live.compiled().tools.get(tool).map(|t| (stamp, t.clone()));
         Self {
             live,
             name: tool.into(),
@@ -57,7 +53,7 @@ impl ToolHandle {
     /// A [`Rejection`]; nothing was consumed.
     #[inline(always)]
     pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
-        // As `try_admit_scoped`: the fast path on the cached tool, with no generation
+        // As `try_admit_scoped`: the fast path on the cached tool, with no stamp
         // check (a reload closes the fast path of the runtimes it replaced).
         if let Some((_, tool)) = &self.cached {
             let now = self.live.shared.now();
@@ -71,8 +67,8 @@ impl ToolHandle {
 
     /// [`ToolHandle::try_admit`] past the fast path (tried on the cached tool at the
     /// time `tried`, if any: `None` only without a cached tool), out of line so that
-    /// the fast path stays small enough to inline. A tool cached in an older policy
-    /// generation, or none, is looked up by name.
+    /// the fast path stays small enough to inline. A tool cached in an older
+    /// policy (another stamp), or none, is looked up by name.
     #[inline(never)]
     fn try_admit_general(
         &self,
@@ -100,7 +96,7 @@ impl ToolHandle {
     /// A [`Rejection`]; nothing was consumed.
     #[inline(always)]
     pub fn try_admit_scoped(&self, call: &Call<'_>) -> Result<ScopedPermit<'_>, Rejection> {
-        // No generation check here: a reload marks the runtimes it replaced as
+        // No stamp check here: a reload marks the runtimes it replaced as
         // superseded, which closes their fast path (the general path re-resolves).
         if let Some((_, tool)) = &self.cached {
             let now = self.live.shared.now();
@@ -150,7 +146,7 @@ impl ToolHandle {
     #[inline]
     fn current(&self) -> Option<&Arc<ToolRuntime>> {
         match &self.cached {
-            Some((generation, tool)) if *generation == self.live.generation() => Some(tool),
+            Some((stamp, tool)) if *stamp == self.live.stamp() => Some(tool),
             _ => None,
         }
     }

@@ -21,8 +21,8 @@ use crate::store::QuotaStore;
 use crate::sync::{Mutex, MutexGuard, Swap, SwapGuard};
 use crate::tool::ToolRuntime;
 
-/// The next engine's id (see `Live::id`).
-fn next_id() -> u64 {
+/// A stamp no policy of any engine in this process had before (see `Live::stamp`).
+fn next_stamp() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
@@ -36,12 +36,8 @@ pub(crate) struct Live {
     reload: Mutex<()>,
     /// Whether a reload is under way, and the async callers waiting for it to end.
     reloading: Mutex<Reloading>,
-    /// Bumped by every reload, so that [`crate::ToolHandle`]s notice a new policy.
-    generation: AtomicU64,
-    /// This engine's own number, never given to another in this process: what a
-    /// thread's recent lookups ([`crate::recent`]) tell engines apart by (an address
-    /// may be reused once an engine is dropped).
-    id: u64,
+    /// The policy in force's stamp ([`Live::stamp`]).
+    stamp: AtomicU64,
 }
 
 /// A reload under way, as async callers that must start over on its policy see it.
@@ -81,8 +77,7 @@ impl Live {
             compiled: Swap::new(compiled),
             reload: Mutex::new(()),
             reloading: Mutex::new(Reloading::default()),
-            generation: AtomicU64::new(0),
-            id: next_id(),
+            stamp: AtomicU64::new(next_stamp()),
         }
     }
 
@@ -92,10 +87,14 @@ impl Live {
         self.compiled.load()
     }
 
-    /// The number of reloads so far.
+    /// The stamp of the policy in force: new at every reload, and never given to
+    /// another policy of this or any other engine in this process (an engine's
+    /// address may be reused once it is dropped; a stamp is not). What a
+    /// [`crate::ToolHandle`] notices a reload by, and what a thread's recent lookups
+    /// ([`crate::recent`]) tell engines and policies apart by, in one compare.
     #[inline]
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Acquire)
     }
 
     /// The runtime of the tool named `name` in the policy in force, or that policy
@@ -105,12 +104,12 @@ impl Live {
     #[inline(always)]
     pub(crate) fn tool(&self, name: &str) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
         let key = crate::words::Key::of(name.as_bytes());
-        // The generation first: a tool found in the policy read after it is at least
-        // as new as that generation, so the entry never outlives its policy.
-        let generation = self.generation();
-        match recent::get(self.id, generation, &key, name) {
+        // The stamp first: a tool found in the policy read after it is at least as
+        // new as that stamp's policy, so the entry never outlives its policy.
+        let stamp = self.stamp();
+        match recent::get(stamp, &key, name) {
             Some(tool) => Ok(tool),
-            None => self.look_up(key, generation, name),
+            None => self.look_up(key, stamp, name),
         }
     }
 
@@ -119,13 +118,13 @@ impl Live {
     fn look_up(
         &self,
         key: crate::words::Key,
-        generation: u64,
+        stamp: u64,
         name: &str,
     ) -> Result<Arc<ToolRuntime>, SwapGuard<Compiled>> {
         let compiled = self.compiled();
-        match compiled.tools.get_hashed(key.hash(), name) {
+        match compiled.tools.get(name) {
             Some(tool) => {
-                recent::put(self.id, generation, key, tool);
+                recent::put(stamp, key, tool);
                 Ok(tool.clone())
             }
             None => Err(compiled),
@@ -161,7 +160,7 @@ impl Live {
         let now = self.shared.clock.now();
         let new = Compiled::new(policy, &self.shared, Some(&old), now);
         self.compiled.store(Arc::new(new));
-        self.generation.fetch_add(1, Ordering::Release);
+        self.stamp.store(next_stamp(), Ordering::Release);
         for tool in old.tools.values() {
             tool.superseded.store(true, Ordering::Release);
         }

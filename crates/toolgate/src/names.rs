@@ -35,12 +35,7 @@ impl<V> NameMap<V> {
     /// The value named `name`.
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<&V> {
-        self.get_hashed(hash(name.as_bytes()), name)
-    }
-
-    /// The value named `name`, whose [`hash`] is `h`.
-    #[inline]
-    pub(crate) fn get_hashed(&self, h: u64, name: &str) -> Option<&V> {
+        let h = hash(name.as_bytes());
         let mut i = h as usize & self.mask;
         loop {
             // Some slot is empty, so the probe ends.

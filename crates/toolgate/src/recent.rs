@@ -4,24 +4,24 @@
 //! Reading the policy in force is reload-safe but not free: `arc-swap`'s guard costs
 //! two locked instructions and about 65 others, and the tool's runtime is then cloned
 //! for the permit (a third locked instruction). A thread that calls the same tools
-//! again (a gateway's worker, an agent's loop) keeps here, per tool, the engine it
-//! belongs to, the policy generation it was looked up in and a *weak* reference to
-//! its runtime: a hit is the name's hash and compare, one load of the generation and
-//! one `Weak::upgrade` (the permit's own reference, one locked instruction). The
-//! entry keeps the name's key ([`crate::words::Key`]), which holds a short name
-//! whole: the name is compared against it, not read off the runtime.
+//! again (a gateway's worker, an agent's loop) keeps here, per tool, the stamp of
+//! the policy it was looked up in (`Live::stamp`, which also tells engines apart)
+//! and a *weak* reference to its runtime: a hit is the name's key and compare, one
+//! load of the stamp and one `Weak::upgrade` (the permit's own reference, one locked
+//! instruction). The entry keeps the name's key ([`crate::words::Key`]), which holds
+//! a short name whole: the name is compared against it, not read off the runtime.
 //!
-//! Why it is correct: an entry is used only while its engine's generation is the one
-//! it was looked up in, so it names the tool of the policy in force, as a read of the
+//! Why it is correct: an entry is used only while its engine's stamp is the one it
+//! was looked up at, so it names the tool of the policy in force, as a read of the
 //! policy at that instant would (a reload that lands after the check marks the tool
 //! superseded, which every path of the admission already handles). The reference is
 //! weak, so the cache never keeps a retired policy's tools, a dropped engine or its
-//! store alive: an entry whose runtime is gone simply misses. Engines are told apart
-//! by an id that is never reused (`Live::id`), not by address.
+//! store alive: an entry whose runtime is gone simply misses. A stamp is never
+//! given to two policies, of one engine or of two, so engines are told apart by it,
+//! not by address.
 //!
 //! Written by hand because it is a thread-local, direct-mapped table of `Weak`s
-//! checked against a generation; no crate does that for less than the lookup it
-//! saves.
+//! checked against a stamp; no crate does that for less than the lookup it saves.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
@@ -29,15 +29,14 @@ use std::sync::{Arc, Weak};
 use crate::tool::ToolRuntime;
 use crate::words::Key;
 
-/// Entries per thread (a power of two): direct-mapped by the name's hash.
-const WAYS: usize = 16;
+/// Entries per thread, `2^BITS`: direct-mapped by the name's key ([`Key::spot`]).
+const BITS: u32 = 4;
+const WAYS: usize = 1 << BITS;
 
 /// One tool as a thread last looked it up.
 struct Entry {
-    /// The engine's id (`Live::id`).
-    live: u64,
-    /// The engine's policy generation the tool was looked up in.
-    generation: u64,
+    /// The stamp of the policy the tool was looked up in (`Live::stamp`).
+    stamp: u64,
     /// The key of the tool's name.
     key: Key,
     tool: Weak<ToolRuntime>,
@@ -51,19 +50,19 @@ thread_local! {
 /// The entry a name of key `key` maps to.
 #[inline(always)]
 fn slot(key: &Key) -> usize {
-    key.hash() as usize & (WAYS - 1)
+    key.spot(BITS)
 }
 
-/// The runtime of the tool `name` (whose key is `key`) of engine `live` at policy
-/// generation `generation`, if this thread looked it up in that generation and the
-/// runtime is still alive.
+/// The runtime of the tool `name` (whose key is `key`) in the policy of stamp
+/// `stamp`, if this thread looked it up in that policy and the runtime is still
+/// alive.
 #[inline(always)]
-pub(crate) fn get(live: u64, generation: u64, key: &Key, name: &str) -> Option<Arc<ToolRuntime>> {
+pub(crate) fn get(stamp: u64, key: &Key, name: &str) -> Option<Arc<ToolRuntime>> {
     let tool = RECENT
         .try_with(|r| {
             let r = r.try_borrow().ok()?;
             let e = r[slot(key)].as_ref()?;
-            if e.key == *key && e.live == live && e.generation == generation {
+            if e.key == *key && e.stamp == stamp {
                 e.tool.upgrade()
             } else {
                 None
@@ -76,13 +75,12 @@ pub(crate) fn get(live: u64, generation: u64, key: &Key, name: &str) -> Option<A
     (key.is_whole() || crate::words::same(tool.name.as_bytes(), name.as_bytes())).then_some(tool)
 }
 
-/// Remembers `tool`, looked up by its name (whose key is `key`) in engine `live` at
-/// policy generation `generation`, in place of the entry it maps to.
-pub(crate) fn put(live: u64, generation: u64, key: Key, tool: &Arc<ToolRuntime>) {
+/// Remembers `tool`, looked up by its name (whose key is `key`) in the policy of
+/// stamp `stamp`, in place of the entry it maps to.
+pub(crate) fn put(stamp: u64, key: Key, tool: &Arc<ToolRuntime>) {
     let at = slot(&key);
     let entry = Entry {
-        live,
-        generation,
+        stamp,
         key,
         tool: Arc::downgrade(tool),
     };
@@ -206,7 +204,7 @@ mod tests {
             .collect();
         started.wait();
         // The old runtime stays alive (a handle holds it), so a remembered entry
-        // would still upgrade: only the generation tells it is stale.
+        // would still upgrade: only the stamp tells it is stale.
         let old = e.tool("t");
         e.apply(
             Policy::from_toml_str("unknown_tools = \"deny\"\n[tools.u]\nrate = \"1/s\"").unwrap(),
@@ -225,14 +223,15 @@ mod tests {
         /// Calls by name over many tools (more than the entries, so names share
         /// entries and evict each other) and two engines: each (engine, tool) is
         /// admitted exactly its own burst, as if nothing were remembered. Half the
-        /// names are longer than a key holds whole (the same first 16 bytes): those
-        /// are compared by their bytes.
+        /// names are longer than a key holds whole, with the same length and the
+        /// same first and last 8 bytes, so the same key: those are told apart by
+        /// their bytes.
         #[test]
         fn every_call_finds_its_own_tool(
             calls in prop::collection::vec((0usize..2, 0usize..40), 0..400),
         ) {
             let name = |i: usize| {
-                if i.is_multiple_of(2) { format!("tool-{i}") } else { format!("a-tool-of-a-longer-name-{i}") }
+                if i.is_multiple_of(2) { format!("tool-{i}") } else { format!("a-tool-of-{i:02}-a-longer-name") }
             };
             let toml = |k: usize| {
                 (0..40)

@@ -1,6 +1,7 @@
 //! Short byte strings (tool names, tenant keys) hashed and compared a word at a time,
-//! inline: [`hash`] and [`same`], and a name's [`Key`] (its hash and, for a short
-//! name, its bytes as two words) for a lookup that compares without reading names.
+//! inline: [`hash`] and [`same`], and a name's [`Key`] (its length and, in two
+//! words, its first and last 8 bytes: every byte of a short name) for a lookup that
+//! compares without reading names.
 //!
 //! Written by hand because the names are short and the calls are hot: a general
 //! hasher's setup and a call to `memcmp` (or to `memcpy` for a variable-length tail)
@@ -13,14 +14,15 @@ const K: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Names up to this many bytes are held whole in a [`Key`].
 const SHORT: usize = 16;
 
-/// A name as a lookup sees it: its [`hash`], its length and, for a name of at most
-/// [`SHORT`] bytes, every byte in two words. Two short names are the same bytes
-/// exactly when their keys are equal, so a lookup that keeps the key of what it
-/// stored compares without reading either name; a longer name's key holds its
-/// first 16 bytes, and equal keys still need the names compared ([`Key::is_whole`]).
+/// A name as a lookup sees it: its length and its first and last 8 bytes as two
+/// words, which for a name of at most [`SHORT`] bytes is every byte. Two short names
+/// are the same bytes exactly when their keys are equal, so a lookup that keeps the
+/// key of what it stored compares without reading either name; a longer name's key
+/// holds part of it, and equal keys still need the names compared
+/// ([`Key::is_whole`]). Made of one or two loads, with no hash: the key picks its
+/// own slot ([`Key::spot`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
-    hash: u64,
     len: usize,
     words: [u64; 2],
 }
@@ -28,35 +30,25 @@ pub(crate) struct Key {
 // === impl Key ===
 
 impl Key {
-    /// The key of `name`: one or two loads of a word for a short name, the words
-    /// of the rest for a longer one.
+    /// The key of `name`: one or two loads of a word, whatever its length.
     #[inline(always)]
     pub(crate) fn of(name: &[u8]) -> Self {
         let n = name.len();
-        let (words, h) = match n {
-            0 => ([0, 0], 0),
-            1..=7 => {
-                let w = tail_word(name);
-                ([w, 0], fold(0, w))
-            }
-            8..=SHORT => {
-                let w = [word(name, 0), word(name, n - 8)];
-                (w, fold(fold(0, w[0]), w[1]))
-            }
-            _ => ([word(name, 0), word(name, 8)], long(name)),
+        let words = match n {
+            0 => [0, 0],
+            1..=7 => [tail_word(name), 0],
+            _ => [word(name, 0), word(name, n - 8)],
         };
-        let h = (h ^ n as u64).wrapping_mul(K);
-        Self {
-            hash: h ^ (h >> 32),
-            len: n,
-            words,
-        }
+        Self { len: n, words }
     }
 
-    /// The name's hash (see [`hash`]).
+    /// One of `2^bits` slots (`bits` from 1 to 63) for the key: its words and
+    /// length mixed by one multiplication, the top bits taken. Not keyed: it serves
+    /// only a thread's own table of the policy's names ([`crate::recent`]).
     #[inline(always)]
-    pub(crate) fn hash(&self) -> u64 {
-        self.hash
+    pub(crate) fn spot(&self, bits: u32) -> usize {
+        let x = self.words[0] ^ self.words[1].rotate_left(32) ^ self.len as u64;
+        (x.wrapping_mul(K) >> (64 - bits)) as usize
     }
 
     /// Whether the key holds every byte of its name, so that equal keys mean equal
@@ -96,7 +88,15 @@ fn long(name: &[u8]) -> u64 {
 /// byte. Not keyed: it serves only maps whose keys are the policy's own names.
 #[inline(always)]
 pub(crate) fn hash(name: &[u8]) -> u64 {
-    Key::of(name).hash
+    let n = name.len();
+    let h = match n {
+        0 => 0,
+        1..=7 => fold(0, tail_word(name)),
+        8..=SHORT => fold(fold(0, word(name, 0)), word(name, n - 8)),
+        _ => long(name),
+    };
+    let h = (h ^ n as u64).wrapping_mul(K);
+    h ^ (h >> 32)
 }
 
 /// The last 1 to 7 bytes of a name as one word, read in at most two loads that
