@@ -148,8 +148,8 @@ pub use engine::Engine;
 pub use handle::ToolHandle;
 pub use permit::{Permit, ScopedPermit};
 pub use pipeline::{
-    AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, RunFailure, RunOptions, RunOutput,
-    StopReason,
+    AttemptCtx, AttemptEnd, AttemptRecord, AttemptResult, History, RunFailure, RunOptions,
+    RunOutput, StopReason,
 };
 pub use policy::Policy;
 pub use state::{QuotaState, ToolState};

@@ -171,7 +171,7 @@ where
             match result {
                 Ok(mut out) => {
                     out.value.attach_report(RunReport {
-                        attempts: out.history,
+                        attempts: out.history.into_vec(),
                         reason: None,
                     });
                     Ok(out.value)

@@ -1,27 +1,12 @@
-//! The record of a call's attempts ([`AttemptRecord`]) and how the call ended:
-//! [`RunOutput`] on success, else [`RunFailure`] with its [`StopReason`].
+//! How a call ended: [`RunOutput`] on success, else [`RunFailure`] with its
+//! [`StopReason`].
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::vocab::Rejection;
 
-use super::attempt::AttemptEnd;
-
-/// One attempt of a call, as listed in [`RunOutput`] and [`RunFailure`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptRecord {
-    /// 1 for the first attempt.
-    pub number: u32,
-    /// How it ended.
-    pub end: AttemptEnd,
-    /// The response's status, if one came back.
-    pub status: Option<u16>,
-    /// How long it took.
-    pub latency: Duration,
-    /// The wait before the next attempt (`None` for the last one).
-    pub delay: Option<Duration>,
-}
+use super::history::{AttemptRecord, History};
 
 /// A call that succeeded: the value and every attempt it took.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +14,7 @@ pub struct RunOutput<T> {
     /// The successful attempt's value.
     pub value: T,
     /// Every attempt, the successful one last.
-    pub history: Vec<AttemptRecord>,
+    pub history: History,
 }
 
 impl<T> RunOutput<T> {
@@ -100,7 +85,9 @@ pub struct RunFailure<E> {
     pub tool: String,
     /// Why the call ended.
     pub reason: StopReason,
-    /// Every attempt that ran.
+    /// Every attempt that ran. A vector, not a [`History`], so that the failure
+    /// (and every `Result` that carries it) stays small; a failure allocates its
+    /// tool's name anyway.
     pub attempts: Vec<AttemptRecord>,
     /// The status of the last attempt that got a response.
     pub last_status: Option<u16>,

@@ -20,16 +20,18 @@
 //! how it ended as an [`AttemptResult`].
 //!
 //! One concept per file, each using only those before it: `options` (what a run is
-//! given and tells each attempt), `attempt` (how an attempt ended), `failure` (the
-//! record of the attempts and how the call ended), `run` (the steps: admit, attempt,
-//! complete, retry or stop).
+//! given and tells each attempt), `attempt` (how an attempt ended), `history` (the
+//! record of the attempts), `failure` (how the call ended), `run` (the steps: admit,
+//! attempt, complete, retry or stop).
 
 mod attempt;
 mod failure;
+mod history;
 mod options;
 mod run;
 
 pub use attempt::{AttemptEnd, AttemptResult};
-pub use failure::{AttemptRecord, RunFailure, RunOutput, StopReason};
+pub use failure::{RunFailure, RunOutput, StopReason};
+pub use history::{AttemptRecord, History};
 pub use options::{AttemptCtx, RunOptions};
 pub(crate) use run::run;

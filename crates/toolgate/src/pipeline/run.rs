@@ -17,7 +17,8 @@ use crate::vocab::{
 };
 
 use super::attempt::{AttemptEnd, AttemptResult};
-use super::failure::{AttemptRecord, RunFailure, RunOutput, StopReason};
+use super::failure::{RunFailure, RunOutput, StopReason};
+use super::history::{AttemptRecord, History};
 use super::options::{AttemptCtx, RunOptions};
 
 /// One call on its way through the pipeline: what every step reads.
@@ -35,7 +36,7 @@ struct Run<'r, 'k> {
 
 /// What the attempts so far left behind, for the failure that may end the call.
 struct Tally<E> {
-    history: Vec<AttemptRecord>,
+    history: History,
     last_error: Option<E>,
     last_status: Option<u16>,
 }
@@ -118,9 +119,8 @@ impl<'r, 'k> Run<'r, 'k> {
         // Started at the first poll, like any async function's body.
         let this = Self::new(live, call, options);
         let mut tally = Tally {
-            // Most calls take one attempt: room for it, without the growth policy's
-            // first step (four records).
-            history: Vec::with_capacity(1),
+            // Most calls take one attempt, which the history holds inline.
+            history: History::new(),
             last_error: None,
             last_status: None,
         };
@@ -383,7 +383,7 @@ impl<E> Tally<E> {
         RunFailure {
             tool: tool.to_string(),
             reason,
-            attempts: self.history,
+            attempts: self.history.into_vec(),
             last_status: self.last_status,
             error: self.last_error,
             rejection: None,
