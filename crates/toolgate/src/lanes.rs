@@ -1,6 +1,7 @@
-//! Counters that every thread bumps on every admission without a shared atomic
+//! Values that every thread updates on a hot path without a shared atomic
 //! read-modify-write: one lane (a 128-byte block) per thread, written by that thread
-//! only, summed when read.
+//! only, read together when needed ([`PerLane`]); and the counters every admission
+//! bumps, built on it ([`Tally`]).
 //!
 //! Why by hand: a shared `fetch_add` costs an uncontended locked instruction, and a
 //! cache-line transfer between cores when two cores admit the same tool; the two
@@ -8,8 +9,8 @@
 //! decision. Crates for sharded counters either still use `fetch_add` per shard or
 //! hash threads onto shards that several threads then share; here every thread owns
 //! its lane outright (a lane index is handed out once per thread and returned when it
-//! exits), so a bump is a plain load and store. Threads beyond the lanes a counter
-//! has share one overflow lane with `fetch_add`, so nothing is ever lost.
+//! exits), so an update is a plain load and store. Threads beyond the lanes a value
+//! has share one overflow lane with read-modify-writes, so nothing is ever lost.
 
 use std::cell::Cell;
 use std::cmp::Reverse;
@@ -96,7 +97,7 @@ fn add_own(counter: &AtomicU64) {
 }
 
 /// How many lanes a counter has: twice the cores, between 4 and 64.
-fn lanes() -> usize {
+pub(crate) fn lanes() -> usize {
     static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LANES.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(4, usize::from);
@@ -104,10 +105,66 @@ fn lanes() -> usize {
     })
 }
 
-/// One thread's counts, alone in a 128-byte block: two cache lines, for the
-/// prefetchers that fetch lines in pairs (so neighbouring lanes never share one).
+/// A lane's value alone in a 128-byte block: two cache lines, for the prefetchers
+/// that fetch lines in pairs (so neighbouring lanes never share one).
 #[derive(Debug, Default)]
 #[repr(align(128))]
+struct Padded<T>(T);
+
+/// One `T` per lane, and one more shared by the threads whose lane lies beyond them.
+#[derive(Debug)]
+pub(crate) struct PerLane<T> {
+    lines: Box<[Padded<T>]>,
+    overflow: Padded<T>,
+}
+
+/// The value of [`PerLane`] a thread updates.
+pub(crate) enum Mine<'a, T> {
+    /// Its own lane's: no other thread writes it, so a load and a store update it.
+    Own(&'a T),
+    /// The overflow lane's, which other threads write too: read-modify-writes only.
+    Shared(&'a T),
+}
+
+impl<T: Default> PerLane<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            lines: (0..lanes()).map(|_| Padded::default()).collect(),
+            overflow: Padded::default(),
+        }
+    }
+}
+
+impl<T> PerLane<T> {
+    /// The value this thread updates. One bounds check covers a thread without a
+    /// lane yet too (`UNSET` lies beyond every value's lanes).
+    #[inline(always)]
+    pub(crate) fn mine(&self) -> Mine<'_, T> {
+        match self.lines.get(LANE.get()) {
+            Some(line) => Mine::Own(&line.0),
+            None => self.mine_elsewhere(),
+        }
+    }
+
+    /// [`PerLane::mine`] for a thread that has no lane yet (it claims one) or whose
+    /// lane lies beyond this value's (the overflow lane).
+    #[cold]
+    #[inline(never)]
+    fn mine_elsewhere(&self) -> Mine<'_, T> {
+        match self.lines.get(lane()) {
+            Some(line) => Mine::Own(&line.0),
+            None => Mine::Shared(&self.overflow.0),
+        }
+    }
+
+    /// Every lane's value, the overflow lane's last.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &T> {
+        self.lines.iter().chain([&self.overflow]).map(|l| &l.0)
+    }
+}
+
+/// One thread's counts of a [`Tally`].
+#[derive(Debug, Default)]
 struct Line {
     admitted: AtomicU64,
     finished: AtomicU64,
@@ -115,40 +172,20 @@ struct Line {
 
 /// Admitted and finished calls of one tool, counted per thread.
 #[derive(Debug)]
-pub(crate) struct Tally {
-    /// One line per lane.
-    lines: Box<[Line]>,
-    /// Shared by the threads whose lane lies beyond `lines`.
-    overflow: Line,
-}
+pub(crate) struct Tally(PerLane<Line>);
 
 impl Tally {
     pub(crate) fn new() -> Self {
-        Self {
-            lines: (0..lanes()).map(|_| Line::default()).collect(),
-            overflow: Line::default(),
-        }
+        Self(PerLane::new())
     }
 
-    /// Bumps this thread's count in `line`'s `field`. One bounds check covers a
-    /// thread without a lane yet too (`UNSET` lies beyond every counter's lanes).
+    /// Bumps this thread's count in `line`'s `field`.
     #[inline(always)]
     fn bump(&self, field: fn(&Line) -> &AtomicU64) {
-        match self.lines.get(LANE.get()) {
-            Some(line) => add_own(field(line)),
-            None => self.bump_elsewhere(field),
-        }
-    }
-
-    /// [`Tally::bump`] for a thread that has no lane yet (it claims one) or whose
-    /// lane lies beyond this counter's (the overflow lane).
-    #[cold]
-    #[inline(never)]
-    fn bump_elsewhere(&self, field: fn(&Line) -> &AtomicU64) {
-        match self.lines.get(lane()) {
-            Some(line) => add_own(field(line)),
-            None => {
-                field(&self.overflow).fetch_add(1, Ordering::Relaxed);
+        match self.0.mine() {
+            Mine::Own(line) => add_own(field(line)),
+            Mine::Shared(line) => {
+                field(line).fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -167,9 +204,8 @@ impl Tally {
 
     /// The sum of one count over every line.
     fn sum(&self, field: fn(&Line) -> &AtomicU64) -> u64 {
-        self.lines
-            .iter()
-            .chain([&self.overflow])
+        self.0
+            .all()
             .fold(0, |n, l| n.wrapping_add(field(l).load(Ordering::Relaxed)))
     }
 

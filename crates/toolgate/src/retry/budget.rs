@@ -1,8 +1,10 @@
 //! A retry budget: retries limited to a fraction of recent calls, plus a floor.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Nanos;
+use crate::lanes::{Mine, PerLane};
 use crate::sync::Mutex;
 
 const SLOTS: usize = 10;
@@ -43,6 +45,9 @@ const SLOT_NS: u64 = 1_000_000_000;
 pub struct RetryBudget {
     ratio: f64,
     min_per_second: u32,
+    /// The calls of the last seconds, counted per thread ([`Calls`]): a deposit,
+    /// made by every successful call, takes no lock.
+    calls: PerLane<Calls>,
     inner: Mutex<State>,
 }
 
@@ -52,12 +57,18 @@ struct State {
     floor: Floor,
 }
 
-/// The calls and retries of the last seconds, one slot per second.
+/// The retries taken from the ratio in the last seconds, one slot per second.
 #[derive(Debug, Default)]
 struct Recent {
-    /// Per one-second slot: (slot number, calls, retries taken from the ratio).
-    slots: [(u64, u64, u64); SLOTS],
+    /// Per one-second slot: (slot number, retries taken from the ratio).
+    slots: [(u64, u64); SLOTS],
 }
+
+/// One thread's calls of the last seconds, one word per one-second slot: the slot's
+/// number in the high [`Calls::NUMBER_BITS`] bits and its calls in the rest
+/// (saturating), so that a reader never sees a number with another slot's count.
+#[derive(Debug, Default)]
+struct Calls([AtomicU64; SLOTS]);
 
 /// The floor's token bucket, in billionths of a token so that a refill at
 /// `min_per_second` per second is exact per nanosecond.
@@ -77,6 +88,7 @@ impl RetryBudget {
         Self {
             ratio: ratio.clamp(0.0, 1.0),
             min_per_second,
+            calls: PerLane::new(),
             inner: Mutex::new(State {
                 recent: Recent::default(),
                 floor: Floor {
@@ -87,9 +99,24 @@ impl RetryBudget {
         }
     }
 
-    /// Records a call at `now` (the pipeline records each successful call).
+    /// Records a call at `now` (the pipeline records each successful call). Takes
+    /// no lock: the count goes to this thread's own lane.
     pub fn deposit(&self, now: Nanos) {
-        self.inner.lock().recent.slot(now).1 += 1;
+        let n = now / SLOT_NS;
+        let i = (n % SLOTS as u64) as usize;
+        match self.calls.mine() {
+            Mine::Own(calls) => {
+                let w = &calls.0[i];
+                w.store(
+                    Calls::bumped(w.load(Ordering::Relaxed), n),
+                    Ordering::Relaxed,
+                );
+            }
+            Mine::Shared(calls) => {
+                let bump = |w| Some(Calls::bumped(w, n));
+                let _always = calls.0[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, bump);
+            }
+        }
     }
 
     /// Takes one retry from the budget at `now`, if there is one: from the ratio
@@ -97,9 +124,9 @@ impl RetryBudget {
     #[must_use = "a retry is taken from the budget only when this says `true`"]
     pub fn try_withdraw(&self, now: Nanos) -> bool {
         let mut s = self.inner.lock();
-        let (calls, retries) = s.recent.totals(now);
-        if (retries as f64) + 1.0 <= self.ratio * calls as f64 {
-            s.recent.slot(now).2 += 1;
+        let retries = s.recent.retries(now);
+        if (retries as f64) + 1.0 <= self.ratio * self.calls(now) as f64 {
+            *s.recent.slot(now) += 1;
             return true;
         }
         s.floor.try_take(now, self.min_per_second)
@@ -109,26 +136,76 @@ impl RetryBudget {
     pub fn window() -> Duration {
         Duration::from_nanos(SLOT_NS * SLOTS as u64)
     }
+
+    /// The calls deposited in the window that ends at `now`, by every thread.
+    fn calls(&self, now: Nanos) -> u64 {
+        let n = now / SLOT_NS;
+        self.calls
+            .all()
+            .flat_map(|c| &c.0)
+            .map(|w| Calls::decode(w.load(Ordering::Relaxed)))
+            .filter(|&(slot, _)| in_window(slot, n))
+            .fold(0, |sum, (_, calls)| sum.saturating_add(calls))
+    }
+}
+
+/// Whether the slot numbered `slot` lies in the window that ends in slot `n`.
+fn in_window(slot: u64, n: u64) -> bool {
+    slot + (SLOTS as u64) > n && slot <= n
+}
+
+// === impl Calls ===
+
+impl Calls {
+    /// Bits of a word that hold its slot's number: enough for every slot a
+    /// nanosecond clock of 64 bits reaches (2^35 seconds).
+    const NUMBER_BITS: u32 = 40;
+    /// Bits that hold the slot's calls: one thread deposits far fewer than 2^24
+    /// (16.7 million) in one second, and a count saturates rather than wraps.
+    const COUNT_BITS: u32 = 64 - Self::NUMBER_BITS;
+    const MAX_COUNT: u64 = (1 << Self::COUNT_BITS) - 1;
+
+    /// The word `w` after one more call in slot `n`: counted on, or started over
+    /// when the word holds an older slot.
+    #[inline]
+    fn bumped(w: u64, n: u64) -> u64 {
+        let (slot, calls) = Self::decode(w);
+        let calls = if slot == n {
+            (calls + 1).min(Self::MAX_COUNT)
+        } else {
+            1
+        };
+        (n << Self::COUNT_BITS) | calls
+    }
+
+    /// A word's slot number and calls.
+    #[inline]
+    fn decode(w: u64) -> (u64, u64) {
+        (w >> Self::COUNT_BITS, w & Self::MAX_COUNT)
+    }
 }
 
 // === impl Recent ===
 
 impl Recent {
-    fn slot(&mut self, now: Nanos) -> &mut (u64, u64, u64) {
+    /// The retries of the slot of `now`, started over if it held an older slot.
+    fn slot(&mut self, now: Nanos) -> &mut u64 {
         let n = now / SLOT_NS;
         let s = &mut self.slots[(n % SLOTS as u64) as usize];
         if s.0 != n {
-            *s = (n, 0, 0);
+            *s = (n, 0);
         }
-        s
+        &mut s.1
     }
 
-    fn totals(&self, now: Nanos) -> (u64, u64) {
+    /// The retries taken in the window that ends at `now`.
+    fn retries(&self, now: Nanos) -> u64 {
         let n = now / SLOT_NS;
         self.slots
             .iter()
-            .filter(|s| s.0 + (SLOTS as u64) > n && s.0 <= n)
-            .fold((0, 0), |(c, r), s| (c + s.1, r + s.2))
+            .filter(|s| in_window(s.0, n))
+            .map(|s| s.1)
+            .sum()
     }
 }
 

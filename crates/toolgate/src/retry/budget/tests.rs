@@ -106,3 +106,82 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn deposits_from_many_threads_are_all_counted() {
+    // More threads than lanes, so the overflow lane (shared, read-modify-writes)
+    // takes deposits too. 1,000 calls per thread at 1 % allow exactly 10 retries per
+    // thread, and not one more.
+    let threads = 2 * crate::lanes::lanes() + 3;
+    let b = RetryBudget::new(0.01, 0);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| (0..1000).for_each(|_| b.deposit(3 * S)));
+        }
+    });
+    assert_eq!(b.calls(3 * S), threads as u64 * 1000);
+    let granted = (0..threads * 20).filter(|_| b.try_withdraw(3 * S)).count();
+    assert_eq!(granted, threads * 10);
+}
+
+#[test]
+fn a_slots_count_saturates_and_a_new_second_starts_over() {
+    let full = Calls::bumped(Calls::MAX_COUNT, 0);
+    assert_eq!(Calls::decode(full), (0, Calls::MAX_COUNT));
+    assert_eq!(Calls::decode(Calls::bumped(full, 10)), (10, 1));
+    // The last second a 64-bit nanosecond clock reaches keeps its number.
+    let last = u64::MAX / S;
+    assert_eq!(Calls::decode(Calls::bumped(0, last)), (last, 1));
+}
+
+/// The ratio allowance as a reference model: the calls and the retries granted by
+/// the ratio, each with its whole second; a retry at second `n` is granted when the
+/// retries of seconds `n - 9 ..= n`, plus one, stay within `ratio` × the calls of
+/// those seconds.
+#[derive(Default)]
+struct Model {
+    calls: Vec<u64>,
+    retries: Vec<u64>,
+}
+
+impl Model {
+    fn in_window(events: &[u64], n: u64) -> u64 {
+        events.iter().filter(|&&s| s + 10 > n && s <= n).count() as u64
+    }
+
+    fn try_withdraw(&mut self, ratio: f64, n: u64) -> bool {
+        let ok = (Self::in_window(&self.retries, n) as f64) + 1.0
+            <= ratio * Self::in_window(&self.calls, n) as f64;
+        if ok {
+            self.retries.push(n);
+        }
+        ok
+    }
+}
+
+proptest! {
+    /// Deposits and withdrawals in time order, with the floor off: the budget grants
+    /// exactly the retries the reference model does, whatever the steps (within a
+    /// second, across seconds, and past the window).
+    #[test]
+    fn the_ratio_grants_exactly_what_its_model_allows(
+        ratio in prop_oneof![Just(0.1), Just(0.25), Just(0.5), Just(1.0)],
+        ops in proptest::collection::vec(
+            (any::<bool>(), prop_oneof![0u64..2_000_000_000, Just(0u64), Just(12 * S)]),
+            1..200,
+        ),
+    ) {
+        let b = RetryBudget::new(ratio, 0);
+        let mut model = Model::default();
+        let mut t = 0;
+        for (deposit, dt) in ops {
+            t += dt;
+            if deposit {
+                b.deposit(t);
+                model.calls.push(t / S);
+            } else {
+                prop_assert_eq!(b.try_withdraw(t), model.try_withdraw(ratio, t / S), "at {} ns", t);
+            }
+        }
+    }
+}
