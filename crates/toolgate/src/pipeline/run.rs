@@ -71,7 +71,7 @@ impl<'r, 'k> Run<'r, 'k> {
         // Borrowed, not shared: the run lives within `live`'s borrow (two reference
         // counts fewer per call).
         let clock = &*live.shared.clock;
-        let start = clock.now();
+        let start = live.shared.now();
         let deadline_at = options
             .deadline
             .or(settings.map(|s| s.config.deadline))
@@ -91,6 +91,12 @@ impl<'r, 'k> Run<'r, 'k> {
             deadline_at,
             jitter: options.jitter.unwrap_or(fastrand::f64),
         }
+    }
+
+    /// The engine's time, read without a virtual call for toolgate's own clocks.
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.live.shared.now()
     }
 
     /// The tool's retry settings, whether or not this call may be retried.
@@ -126,16 +132,28 @@ impl<'r, 'k> Run<'r, 'k> {
         };
         loop {
             let number = u32::try_from(tally.history.len()).unwrap_or(u32::MAX - 1) + 1;
-            // 1. Admission, never waiting past the deadline.
-            let permit = match this.admit(first.take(), number).await {
+            // 1. Admission, never waiting past the deadline: decided at once where it
+            // can be, here rather than in an async step (no future to build, and the
+            // permit moved once less).
+            let admitted = match first.take() {
+                Some(p) => Ok(p),
+                None => {
+                    let call = this.attempt_call();
+                    match this.admit_at_once(&call, number) {
+                        Some(answer) => answer,
+                        None => this.admit(&call, number).await,
+                    }
+                }
+            };
+            let permit = match admitted {
                 Ok(p) => p,
                 Err(r) if number == 1 => return Err(ExecuteError::Rejected(r)),
                 Err(r) => return Err(ExecuteError::Tool(this.not_admitted(r, number, tally))),
             };
             // 2. Execution under the remaining deadline.
-            let t0 = this.clock.now();
+            let t0 = this.now();
             let ended = this.execute(attempt(this.ctx(number, t0, &permit))).await;
-            let measured = Duration::from_nanos(this.clock.now().saturating_sub(t0));
+            let measured = Duration::from_nanos(this.now().saturating_sub(t0));
             let Some(res) = ended else {
                 return Err(ExecuteError::Tool(
                     this.cut(permit, number, measured, tally),
@@ -167,32 +185,34 @@ impl<'r, 'k> Run<'r, 'k> {
         }
     }
 
-    /// Step 1: the attempt's admission (`first`, when it was admitted already),
-    /// waiting only as the tool says and never past the call's deadline.
-    async fn admit(&self, first: Option<Permit>, number: u32) -> Result<Permit, Rejection> {
-        if let Some(p) = first {
-            return Ok(p);
-        }
+    /// Step 1: the call as its attempts are admitted: waiting only as the tool says,
+    /// and never past the call's deadline.
+    fn attempt_call(&self) -> Call<'r> {
         let mut call = *self.call;
         if let (Some(at), Some(t)) = (self.deadline_at, &self.tool) {
             let own = self.call.max_wait_override();
             if t.on_limit == OnLimit::Wait || own.is_some() {
-                let left = Duration::from_nanos(at.saturating_sub(self.clock.now()));
+                let left = Duration::from_nanos(at.saturating_sub(self.now()));
                 call = call.max_wait(own.unwrap_or(t.max_wait).min(left));
             }
         }
-        // The first attempt runs on the tool resolved for the run a moment ago (one
-        // lookup by name per call, not two), decided at once where it can be (no
-        // admission future to build); a retry looks the tool up again, so that a
-        // reload between attempts is seen.
-        let resolved = self.tool.as_ref().filter(|_| number == 1);
-        let waits = Waits::AsTheToolSays;
-        if let Some(answer) =
-            resolved.and_then(|t| admit::decide_now(self.live, t, &call, waits).ok())
-        {
-            return answer;
-        }
-        admit::admit(self.live, resolved.cloned(), &call, waits).await
+        call
+    }
+
+    /// Step 1, decided at once: the first attempt runs on the tool resolved for the
+    /// run a moment ago (one lookup by name per call, not two), and is decided at
+    /// once where it can be (no admission future to build). `None`: [`Run::admit`]
+    /// decides.
+    fn admit_at_once(&self, call: &Call<'_>, number: u32) -> Option<Result<Permit, Rejection>> {
+        let resolved = self.tool.as_ref().filter(|_| number == 1)?;
+        admit::decide_now(self.live, resolved, call, Waits::AsTheToolSays).ok()
+    }
+
+    /// Step 1, when it takes a wait, a shared store, a reload, or a retry (which
+    /// looks the tool up again, so that a reload between attempts is seen).
+    async fn admit(&self, call: &Call<'_>, number: u32) -> Result<Permit, Rejection> {
+        let resolved = self.tool.as_ref().filter(|_| number == 1).cloned();
+        admit::admit(self.live, resolved, call, Waits::AsTheToolSays).await
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
@@ -267,7 +287,7 @@ impl<'r, 'k> Run<'r, 'k> {
             latency,
             delay: None,
         };
-        (class, self.clock.now(), record)
+        (class, self.now(), record)
     }
 
     /// Step 5: waits for the next attempt, or says why there is none.
