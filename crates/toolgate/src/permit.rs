@@ -39,6 +39,14 @@ pub(crate) use unadmitted::Unadmitted;
 /// assert!(engine.try_admit(&Call::new("t")).is_ok());
 /// ```
 #[must_use = "a permit releases its quota when dropped"]
+// In declaration order (`repr(C)`, and `Kept` too): what every permit's making writes
+// (the tool, the times, the tenant, the probe flag, then `Kept`'s box and its part
+// vector's length) lies first and in order, and the permit moves (out of a
+// `Result`, into its caller's place) faster: an owned permit made and dropped took
+// 21.2 ns here against 24.7 ns in the compiler's own order, whose moves read
+// 16-byte pieces across the smaller writes that had just made the permit
+// (docs/benchmarks.md, round seventeen).
+#[repr(C)]
 pub struct Permit {
     /// `None`: a tool without a policy, or a permit whose call has ended.
     tool: Option<Arc<ToolRuntime>>,
@@ -56,11 +64,12 @@ pub struct Permit {
 
 /// What only some permits keep: parts of quotas, a wait, a shared store's lease.
 #[derive(Default)]
+#[repr(C)] // See `Permit`'s layout.
 struct Kept {
-    held: HeldParts,
     /// What only calls that waited or went to a shared store keep, boxed so that the
     /// permit stays small: it is moved on every admission.
     extra: Option<Box<Extra>>,
+    held: HeldParts,
 }
 
 /// What only calls that waited or went to a shared store keep.
