@@ -133,8 +133,7 @@ impl<'r, 'k> Run<'r, 'k> {
         loop {
             let number = u32::try_from(tally.history.len()).unwrap_or(u32::MAX - 1) + 1;
             // 1. Admission, never waiting past the deadline: decided at once where it
-            // can be, here rather than in an async step (no future to build, and the
-            // permit moved once less).
+            // can be, here rather than in an async step (no future to build).
             let admitted = match first.take() {
                 Some(p) => Ok(p),
                 None => {
