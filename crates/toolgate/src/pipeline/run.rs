@@ -29,7 +29,6 @@ struct Run<'r, 'k> {
     tool: Option<Arc<ToolRuntime>>,
     /// Whether the call may be retried: an idempotent tool, or a key.
     retries: bool,
-    clock: &'r dyn Clock,
     deadline_at: Option<Nanos>,
     jitter: fn() -> f64,
 }
@@ -68,9 +67,6 @@ impl<'r, 'k> Run<'r, 'k> {
         // Retries only for idempotent tools or calls with a key.
         let retries =
             tool.as_ref().is_some_and(|t| t.idempotent) || options.idempotency_key.is_some();
-        // Borrowed, not shared: the run lives within `live`'s borrow (two reference
-        // counts fewer per call).
-        let clock = &*live.shared.clock;
         let start = live.shared.now();
         let deadline_at = options
             .deadline
@@ -87,7 +83,6 @@ impl<'r, 'k> Run<'r, 'k> {
             options,
             tool,
             retries,
-            clock,
             deadline_at,
             jitter: options.jitter.unwrap_or(fastrand::f64),
         }
@@ -97,6 +92,11 @@ impl<'r, 'k> Run<'r, 'k> {
     #[inline]
     fn now(&self) -> Nanos {
         self.live.shared.now()
+    }
+
+    /// The engine's clock (borrowed for the run's life: no reference count).
+    fn clock(&self) -> &'r dyn Clock {
+        &*self.live.shared.clock
     }
 
     /// The tool's retry settings, whether or not this call may be retried.
@@ -203,15 +203,26 @@ impl<'r, 'k> Run<'r, 'k> {
     /// once where it can be (no admission future to build). `None`: [`Run::admit`]
     /// decides.
     fn admit_at_once(&self, call: &Call<'_>, number: u32) -> Option<Result<Permit, Rejection>> {
-        let resolved = self.tool.as_ref().filter(|_| number == 1)?;
-        admit::decide_now(self.live, resolved, call, Waits::AsTheToolSays).ok()
+        admit::decide_now(
+            self.live,
+            self.resolved(number)?,
+            call,
+            Waits::AsTheToolSays,
+        )
+        .ok()
     }
 
-    /// Step 1, when it takes a wait, a shared store, a reload, or a retry (which
-    /// looks the tool up again, so that a reload between attempts is seen).
+    /// Step 1, when it takes a wait, a shared store, a reload, or a retry.
     async fn admit(&self, call: &Call<'_>, number: u32) -> Result<Permit, Rejection> {
-        let resolved = self.tool.as_ref().filter(|_| number == 1).cloned();
+        let resolved = self.resolved(number).cloned();
         admit::admit(self.live, resolved, call, Waits::AsTheToolSays).await
+    }
+
+    /// The tool attempt `number` is admitted on: the run's, for the first attempt;
+    /// `None` for a retry, which looks the tool up again, so that a reload between
+    /// attempts is seen.
+    fn resolved(&self, number: u32) -> Option<&Arc<ToolRuntime>> {
+        self.tool.as_ref().filter(|_| number == 1)
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
@@ -240,7 +251,7 @@ impl<'r, 'k> Run<'r, 'k> {
         match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
             Poll::Ready(r) => Some(r),
             Poll::Pending => {
-                let sleep = self.clock.sleep_until(at);
+                let sleep = self.clock().sleep_until(at);
                 tokio::select! {
                     biased;
                     r = &mut fut => Some(r),
@@ -318,7 +329,7 @@ impl<'r, 'k> Run<'r, 'k> {
                     "tool" => self.call.tool.to_string(), "reason" => retry_label(class, end))
                 .increment(1);
                 if !delay.is_zero() {
-                    self.clock
+                    self.clock()
                         .sleep_until(now.saturating_add(nanos(delay)))
                         .await;
                 }
