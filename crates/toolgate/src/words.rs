@@ -88,14 +88,15 @@ fn long(name: &[u8]) -> u64 {
 /// byte. Not keyed: it serves only maps whose keys are the policy's own names.
 #[inline(always)]
 pub(crate) fn hash(name: &[u8]) -> u64 {
-    let n = name.len();
-    let h = match n {
+    // A short name's words are its key's.
+    let Key { len, words } = Key::of(name);
+    let h = match len {
         0 => 0,
-        1..=7 => fold(0, tail_word(name)),
-        8..=SHORT => fold(fold(0, word(name, 0)), word(name, n - 8)),
+        1..=7 => fold(0, words[0]),
+        8..=SHORT => fold(fold(0, words[0]), words[1]),
         _ => long(name),
     };
-    let h = (h ^ n as u64).wrapping_mul(K);
+    let h = (h ^ len as u64).wrapping_mul(K);
     h ^ (h >> 32)
 }
 
