@@ -97,7 +97,7 @@ fn add_own(counter: &AtomicU64) {
 }
 
 /// How many lanes a counter has: twice the cores, between 4 and 64.
-pub(crate) fn lanes() -> usize {
+fn lanes() -> usize {
     static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *LANES.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(4, usize::from);

@@ -112,8 +112,8 @@ fn deposits_from_many_threads_are_all_counted() {
     // More threads than lanes, so the overflow lane (shared, read-modify-writes)
     // takes deposits too. 1,000 calls per thread at 1 % allow exactly 10 retries per
     // thread, and not one more.
-    let threads = 2 * crate::lanes::lanes() + 3;
     let b = RetryBudget::new(0.01, 0);
+    let threads = 2 * b.calls.all().count() + 3;
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| (0..1000).for_each(|_| b.deposit(3 * S)));
