@@ -7,7 +7,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::admit::{self, Waits};
-use crate::clock::{nanos, Clock, Nanos};
+use crate::clock::{nanos, Nanos};
 use crate::live::Live;
 use crate::permit::Permit;
 use crate::retry::{Class, RetryRuntime};
@@ -94,11 +94,6 @@ impl<'r, 'k> Run<'r, 'k> {
         self.live.shared.now()
     }
 
-    /// The engine's clock (borrowed for the run's life: no reference count).
-    fn clock(&self) -> &'r dyn Clock {
-        &*self.live.shared.clock
-    }
-
     /// The tool's retry settings, whether or not this call may be retried.
     fn settings(&self) -> Option<&RetryRuntime> {
         self.tool.as_ref()?.retry.as_ref()
@@ -139,8 +134,8 @@ impl<'r, 'k> Run<'r, 'k> {
                 None => {
                     let call = this.attempt_call();
                     match this.admit_at_once(&call, number) {
-                        Some(answer) => answer,
-                        None => this.admit(&call, number).await,
+                        Ok(answer) => answer,
+                        Err(tool) => admit::admit(live, tool, &call, Waits::AsTheToolSays).await,
                     }
                 }
             };
@@ -198,31 +193,18 @@ impl<'r, 'k> Run<'r, 'k> {
         call
     }
 
-    /// Step 1, decided at once: the first attempt runs on the tool resolved for the
-    /// run a moment ago (one lookup by name per call, not two), and is decided at
-    /// once where it can be (no admission future to build). `None`: [`Run::admit`]
-    /// decides.
-    fn admit_at_once(&self, call: &Call<'_>, number: u32) -> Option<Result<Permit, Rejection>> {
-        admit::decide_now(
-            self.live,
-            self.resolved(number)?,
-            call,
-            Waits::AsTheToolSays,
-        )
-        .ok()
-    }
-
-    /// Step 1, when it takes a wait, a shared store, a reload, or a retry.
-    async fn admit(&self, call: &Call<'_>, number: u32) -> Result<Permit, Rejection> {
-        let resolved = self.resolved(number).cloned();
-        admit::admit(self.live, resolved, call, Waits::AsTheToolSays).await
-    }
-
-    /// The tool attempt `number` is admitted on: the run's, for the first attempt;
-    /// `None` for a retry, which looks the tool up again, so that a reload between
-    /// attempts is seen.
-    fn resolved(&self, number: u32) -> Option<&Arc<ToolRuntime>> {
-        self.tool.as_ref().filter(|_| number == 1)
+    /// Step 1, decided at once where it can be (no admission future to build): the
+    /// first attempt on the tool resolved for the run a moment ago (one lookup by name
+    /// per call, not two). `Err`: what `admit::admit` takes instead, that tool, or
+    /// `None` for a retry, which looks it up again so that a reload between attempts
+    /// is seen.
+    fn admit_at_once(
+        &self,
+        call: &Call<'_>,
+        number: u32,
+    ) -> Result<Result<Permit, Rejection>, Option<Arc<ToolRuntime>>> {
+        let tool = self.tool.as_ref().filter(|_| number == 1).ok_or(None)?;
+        admit::decide_now(self.live, tool, call, Waits::AsTheToolSays).map_err(|t| Some(t.clone()))
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
@@ -251,7 +233,7 @@ impl<'r, 'k> Run<'r, 'k> {
         match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
             Poll::Ready(r) => Some(r),
             Poll::Pending => {
-                let sleep = self.clock().sleep_until(at);
+                let sleep = self.live.shared.clock.sleep_until(at);
                 tokio::select! {
                     biased;
                     r = &mut fut => Some(r),
@@ -329,7 +311,9 @@ impl<'r, 'k> Run<'r, 'k> {
                     "tool" => self.call.tool.to_string(), "reason" => retry_label(class, end))
                 .increment(1);
                 if !delay.is_zero() {
-                    self.clock()
+                    self.live
+                        .shared
+                        .clock
                         .sleep_until(now.saturating_add(nanos(delay)))
                         .await;
                 }
