@@ -148,19 +148,12 @@ impl Coalescer {
         };
         match turn {
             Turn::Now(now, call) => {
-                let _flight = Flight(self);
-                let runs = [(call.costs, 1)];
-                let trip = self.round_trip(&now, &call.key, call.den, &runs);
-                let result = match tokio::time::timeout_at(deadline, trip).await {
-                    Ok(result) => result,
-                    Err(_) => Err(self.timed_out()),
-                };
-                let result = result.and_then(|mut d| {
-                    d.pop().ok_or_else(|| StoreError::Reply {
-                        op: "admit",
-                        reply: "no decision".into(),
-                    })
-                });
+                // Boxed: a lone call's round trip (the connection's send and the
+                // timer) is most of this future's size, and a queued caller, the
+                // common one under load, would otherwise carry it, moved at every
+                // level of the admission's futures (docs/benchmarks.md, round
+                // eighteen).
+                let result = Box::pin(self.alone(now, call, deadline)).await;
                 timed.done(result.as_ref().err());
                 result
             }
@@ -178,6 +171,29 @@ impl Coalescer {
                 result
             }
         }
+    }
+
+    /// Decides `call` at `now` in a round trip of its own, by `deadline`; the queue
+    /// goes out when it ends.
+    async fn alone(
+        self: &Arc<Self>,
+        now: String,
+        call: BucketCall,
+        deadline: Instant,
+    ) -> Result<Decision, StoreError> {
+        let _flight = Flight(self);
+        let runs = [(call.costs, 1)];
+        let trip = self.round_trip(&now, &call.key, call.den, &runs);
+        let result = match tokio::time::timeout_at(deadline, trip).await {
+            Ok(result) => result,
+            Err(_) => Err(self.timed_out()),
+        };
+        result.and_then(|mut d| {
+            d.pop().ok_or_else(|| StoreError::Reply {
+                op: "admit",
+                reply: "no decision".into(),
+            })
+        })
     }
 
     /// Runs `admit_bucket.lua` on bucket `key` (denominator `den`) at `now` for

@@ -227,10 +227,11 @@ impl QuotaStore for RedisStore {
             let permit = if tokio::runtime::Handle::try_current().is_ok() {
                 admit(&gate, &call, wait).await
             } else {
+                // Boxed: only a caller outside any runtime goes this way.
                 let owned = OwnedCall::of(&call);
-                self.on_runtime(call.tool_name(), async move {
+                Box::pin(self.on_runtime(call.tool_name(), async move {
                     admit(&gate, &owned.call(), wait).await
-                })
+                }))
                 .await
             };
             permit.map(|p| self.lease(p))

@@ -242,7 +242,9 @@ impl Gate {
         let steps = plan(&tool, call)?;
         if tool.on_limit == OnLimit::Wait || call.max_wait_override().is_some() {
             let max_wait = call.wait_limit(tool.max_wait).min(MAX_WAIT_LIMIT);
-            self.wait(&tool, call, &steps, max_wait).await
+            // Boxed: a call that may wait carries its sleep and retries; one that
+            // may not stays small.
+            Box::pin(self.wait(&tool, call, &steps, max_wait)).await
         } else {
             self.decide(&tool, call, &steps, -1, false).await
         }

@@ -225,7 +225,9 @@ impl Link {
         }
         let ttl = self.lease_ttl.micros();
         let inv = self.scripts.admit(&now, &live, id, max_wait_us, ttl);
-        let value = self.conn.invoke("admit", &inv, self.timeout).await?;
+        // Boxed, as a lone coalesced call's is (`Coalescer::alone`): the coalesced
+        // callers' futures stay small.
+        let value = Box::pin(self.conn.invoke("admit", &inv, self.timeout)).await?;
         Reply::parse(value, live.len())
     }
 

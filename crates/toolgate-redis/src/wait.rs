@@ -46,6 +46,21 @@ pub(crate) async fn sleep_out(
     if wait <= 0 {
         return permit;
     }
+    // Boxed: only a call that waits carries the sleep (every admission awaits this).
+    Box::pin(sleep_until(link, permit, steps, id, at, wait, shadow_ok)).await
+}
+
+/// [`sleep_out`]'s sleep until `at` (`wait` µs from the reply), the reservation
+/// given back if the future is dropped first.
+async fn sleep_until(
+    link: &Arc<Link>,
+    permit: RedisPermit,
+    steps: &[Step],
+    id: &Arc<str>,
+    at: i64,
+    wait: i64,
+    shadow_ok: bool,
+) -> RedisPermit {
     let mut guard = CancelGuard {
         link: link.clone(),
         ops: reservation_ops(steps, id, at, shadow_ok),
