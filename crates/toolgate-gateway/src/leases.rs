@@ -13,7 +13,6 @@
 //! that the caps on open leases are checked before admission.
 
 use std::cell::Cell;
-use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -67,6 +66,10 @@ struct Shard {
     sorted: BTreeSet<(Instant, u64)>,
 }
 
+/// Its deadline is kept once, in the shard's `fifo` or `sorted`: a sequence number is
+/// never reused, so a lease found there and still in `map` is due. Small, since every
+/// lease opened writes one into a table that holds every open lease (160 bytes, of
+/// which the permit is 112).
 #[derive(Debug)]
 struct Entry {
     tag: u64,
@@ -74,10 +77,10 @@ struct Entry {
     tenant: Option<Arc<str>>,
     /// The tool's key in the tenant's counts (a lease with a tenant only).
     tool: Option<Arc<str>>,
-    expires: Instant,
     /// The reservation it belongs to, by its whole id: releasing it takes the
-    /// random tag too, as completing a lease does.
-    reservation: Option<Id>,
+    /// random tag too, as completing a lease does. Boxed: only a reservation's
+    /// leases have one.
+    reservation: Option<Box<Id>>,
 }
 
 /// The map's hasher. Its keys are sequence numbers the gateway hands out itself (never
@@ -233,8 +236,7 @@ impl Leases {
             permit: lease.permit,
             tenant,
             tool,
-            expires,
-            reservation: lease.reservation,
+            reservation: lease.reservation.map(Box::new),
         };
         let home = Self::home();
         let mut shard = self.shards[home].0.lock();
@@ -284,7 +286,8 @@ impl Leases {
                 .map
                 .iter()
                 .filter(|(_, e)| {
-                    e.reservation == Some(id) && (tenant.is_none() || e.tenant.as_deref() == tenant)
+                    e.reservation.as_deref() == Some(&id)
+                        && (tenant.is_none() || e.tenant.as_deref() == tenant)
                 })
                 .map(|(k, _)| *k)
                 .collect();
@@ -303,13 +306,14 @@ impl Leases {
         let mut expired = Vec::new();
         for Padded(shard) in &self.shards {
             let s = &mut *shard.lock();
-            while let Some(&(at, seq)) = s.fifo.front().filter(|(at, _)| *at <= now) {
+            // A lease completed before its deadline is no longer in `map`.
+            while let Some(&(_, seq)) = s.fifo.front().filter(|(at, _)| *at <= now) {
                 s.fifo.pop_front();
-                expired.extend(take_due(&mut s.map, seq, at));
+                expired.extend(s.map.remove(&seq));
             }
-            while let Some(&(at, seq)) = s.sorted.first().filter(|(at, _)| *at <= now) {
+            while let Some(&(_, seq)) = s.sorted.first().filter(|(at, _)| *at <= now) {
                 s.sorted.pop_first();
-                expired.extend(take_due(&mut s.map, seq, at));
+                expired.extend(s.map.remove(&seq));
             }
         }
         let n = expired.len();
@@ -357,14 +361,6 @@ impl Leases {
     /// Whether no lease is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// Removes the lease `seq` if it is still open and due at `at`.
-fn take_due(map: &mut HashMap<u64, Entry, SeqHash>, seq: u64, at: Instant) -> Option<Entry> {
-    match map.entry(seq) {
-        Slot::Occupied(e) if e.get().expires == at => Some(e.remove()),
-        _ => None,
     }
 }
 
