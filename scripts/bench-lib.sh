@@ -96,3 +96,26 @@ bench_base() {
 bench_base_cleanup() {
   if [ -n "${base_dir:-}" ] && [ -d "$base_dir" ]; then git worktree remove --force "$base_dir"; fi
 }
+
+# bench_gateway_files WORK: the gateway benchmarks' config and wrk scripts, in WORK:
+# bench.toml (one tool that always admits, one that always refuses), bench-redis.toml
+# (the same on the Redis store), open.lua and closed.lua (POST /v1/admit of each).
+bench_gateway_files() {
+  cat > "$1/bench.toml" <<'TOML'
+[gateway]
+lease_ttl = "1s"          # leases are not completed by the load generator
+max_leases = 1000000      # ~100k admissions/s hold ~100k leases open (default cap 100,000)
+
+[tools.open]              # always admitted
+rate = "1000000/s"
+
+[tools.closed]            # always rejected (429) after the first call
+rate = "1/h"
+TOML
+  printf '[store]\ntimeout = "1s"\n' | cat - "$1/bench.toml" > "$1/bench-redis.toml"
+  local t
+  for t in open closed; do
+    printf 'wrk.method = "POST"\nwrk.body = %s\nwrk.headers["Content-Type"] = "application/json"\n' \
+      "'{\"tool\":\"$t\"}'" > "$1/$t.lua"
+  done
+}
