@@ -102,8 +102,7 @@ impl RetryBudget {
     /// Records a call at `now` (the pipeline records each successful call). Takes
     /// no lock: the count goes to this thread's own lane.
     pub fn deposit(&self, now: Nanos) {
-        let n = now / SLOT_NS;
-        let i = (n % SLOTS as u64) as usize;
+        let (n, i) = slot_of(now);
         match self.calls.mine() {
             Mine::Own(calls) => {
                 let w = &calls.0[i];
@@ -149,6 +148,12 @@ impl RetryBudget {
     }
 }
 
+/// The number of the one-second slot of `now`, and its index in a window's array.
+fn slot_of(now: Nanos) -> (u64, usize) {
+    let n = now / SLOT_NS;
+    (n, (n % SLOTS as u64) as usize)
+}
+
 /// Whether the slot numbered `slot` lies in the window that ends in slot `n`.
 fn in_window(slot: u64, n: u64) -> bool {
     slot + (SLOTS as u64) > n && slot <= n
@@ -190,8 +195,8 @@ impl Calls {
 impl Recent {
     /// The retries of the slot of `now`, started over if it held an older slot.
     fn slot(&mut self, now: Nanos) -> &mut u64 {
-        let n = now / SLOT_NS;
-        let s = &mut self.slots[(n % SLOTS as u64) as usize];
+        let (n, i) = slot_of(now);
+        let s = &mut self.slots[i];
         if s.0 != n {
             *s = (n, 0);
         }
