@@ -67,9 +67,9 @@ struct Shard {
 }
 
 /// Its deadline is kept once, in the shard's `fifo` or `sorted`: a sequence number is
-/// never reused, so a lease found there and still in `map` is due. Small, since every
-/// lease opened writes one into a table that holds every open lease (160 bytes, of
-/// which the permit is 112).
+/// never reused, so a lease found there and still in `map` is due. Kept small (the
+/// permit is most of it): every lease opened writes one into a table that holds
+/// every open lease.
 #[derive(Debug)]
 struct Entry {
     tag: u64,
