@@ -54,6 +54,37 @@ bench_start() {
   echo "$0: $name did not start: $(cat "$work/$name.err")" >&2; exit 1
 }
 
+# bench_callgrind_start WORK NAME CMD...: runs CMD (a server that prints its http://
+# address) under callgrind, its output in WORK/NAME.log and its dumps in
+# WORK/NAME.<pid>.<n>; sets $addr and $vpid once it listens (up to 2 minutes:
+# valgrind starts slowly).
+bench_callgrind_start() {
+  local work=$1 name=$2; shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" > "$work/$name.log" 2>&1 &
+  vpid=$!
+  pids+=("$vpid")
+  for _ in $(seq 600); do
+    addr=$(grep -o 'http://[0-9.:]*' "$work/$name.log" | head -1 || true)
+    [ -n "$addr" ] && return 0
+    sleep 0.2
+  done
+  echo "$0: $name did not start under valgrind: $(cat "$work/$name.log")" >&2; exit 1
+}
+
+# bench_callgrind_stop WORK NAME: dumps the counters of the server that
+# bench_callgrind_start WORK NAME started ($vpid), stops it, and sets
+# $callgrind_total to the instructions counted since they were last zeroed
+# (`callgrind_control -z $vpid`).
+bench_callgrind_stop() {
+  callgrind_control -d "$vpid" > /dev/null 2>&1
+  kill "$vpid" 2>/dev/null || true
+  wait "$vpid" 2>/dev/null || true
+  local dump
+  dump=$(ls -t "$1/$2".*.* 2>/dev/null | head -1)
+  [ -n "$dump" ] || { echo "$0: $2: no callgrind dump" >&2; exit 1; }
+  callgrind_total=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
+}
+
 # bench_cpu PID: the process's user + system time so far, in clock ticks.
 bench_cpu() {
   awk '{ print $14 + $15 }' "/proc/$1/stat"
