@@ -46,12 +46,19 @@ bench_start() {
   "$@" > "$work/$name.out" 2> "$work/$name.err" &
   spid=$!
   pids+=("$spid")
-  for _ in $(seq 1 200); do
-    addr=$(grep -o 'http://[0-9.:]*' "$work/$name.out" | head -1 || true)
+  bench_await_addr "$work/$name.out" 200 0.05 ||
+    { echo "$0: $name did not start: $(cat "$work/$name.err")" >&2; exit 1; }
+}
+
+# bench_await_addr FILE TRIES PAUSE: sets $addr to the first http:// address a
+# server printed to FILE, looking TRIES times PAUSE seconds apart; fails if none came.
+bench_await_addr() {
+  for _ in $(seq "$2"); do
+    addr=$(grep -o 'http://[0-9.:]*' "$1" | head -1 || true)
     [ -n "$addr" ] && return 0
-    sleep 0.05
+    sleep "$3"
   done
-  echo "$0: $name did not start: $(cat "$work/$name.err")" >&2; exit 1
+  return 1
 }
 
 # bench_callgrind_start WORK NAME CMD...: runs CMD (a server that prints its http://
@@ -63,12 +70,8 @@ bench_callgrind_start() {
   valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" > "$work/$name.log" 2>&1 &
   vpid=$!
   pids+=("$vpid")
-  for _ in $(seq 600); do
-    addr=$(grep -o 'http://[0-9.:]*' "$work/$name.log" | head -1 || true)
-    [ -n "$addr" ] && return 0
-    sleep 0.2
-  done
-  echo "$0: $name did not start under valgrind: $(cat "$work/$name.log")" >&2; exit 1
+  bench_await_addr "$work/$name.log" 600 0.2 ||
+    { echo "$0: $name did not start under valgrind: $(cat "$work/$name.log")" >&2; exit 1; }
 }
 
 # bench_callgrind_stop WORK NAME: dumps the counters of the server that
