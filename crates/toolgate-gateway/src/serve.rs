@@ -88,7 +88,14 @@ async fn serve(opts: Options) -> ExitCode {
     let limits = crate::conn::fit_to_fd_limit(crate::conn::Limits::new(&loaded.settings));
     // The engine registers its metric handles: the recorder comes first.
     crate::metrics::install();
-    let engine = match store.engine(loaded.policy.clone()).await {
+    let cores = match crate::conn::Cores::per_cpu() {
+        Ok(c) => std::sync::Arc::new(c),
+        Err(e) => return cannot_start(&format!("cannot start the connections' runtimes: {e}")),
+    };
+    let engine = match store
+        .engine_for(loaded.policy.clone(), cores.handles())
+        .await
+    {
         Ok(e) => e,
         Err(e) => return cannot_start(&e.0),
     };
@@ -131,10 +138,11 @@ async fn serve(opts: Options) -> ExitCode {
             mesh.shutdown(grace).await;
         }
     };
-    let http = crate::conn::serve(
+    let http = crate::conn::serve_on(
         listener,
         state.clone(),
         limits,
+        Some(cores),
         until_stopped(stopped.clone()),
     );
     let (served, ()) = tokio::join!(http, mesh_down);

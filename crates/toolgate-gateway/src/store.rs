@@ -66,9 +66,26 @@ impl Store {
     /// When the Redis URL or options are unusable, or a quota cannot be computed
     /// exactly in Redis.
     pub async fn engine(&self, policy: Policy) -> Result<Engine, StoreError> {
+        self.engine_for(policy, Vec::new()).await
+    }
+
+    /// As [`Store::engine`], for an engine called from each of `runtimes` (the
+    /// gateway's connections' runtimes): on Redis, each gets a connection and a
+    /// coalescing of admissions of its own ([`toolgate_redis::Builder::lanes`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::engine`].
+    pub async fn engine_for(
+        &self,
+        policy: Policy,
+        runtimes: Vec<tokio::runtime::Handle>,
+    ) -> Result<Engine, StoreError> {
         match self {
             Self::Memory => Ok(Engine::new(policy)),
-            Self::Redis(cfg) => toolgate_redis::engine(policy, cfg)
+            Self::Redis(cfg) => toolgate_redis::Builder::new(policy, cfg.clone())
+                .lanes(runtimes)
+                .engine()
                 .await
                 .map_err(|e| StoreError(format!("store {:?}: {e}", redact(&cfg.url)))),
         }

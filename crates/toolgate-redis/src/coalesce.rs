@@ -117,6 +117,17 @@ impl Coalescer {
         })
     }
 
+    /// A coalescer of its own on the same connection, scripts, timeout and runtime
+    /// (a reload's link).
+    pub(crate) fn fresh(&self) -> Arc<Self> {
+        Self::new(
+            self.conn.clone(),
+            self.scripts.clone(),
+            self.timeout,
+            self.handle.clone(),
+        )
+    }
+
     /// Decides `call` at `now` (the link's time argument): at once when few round
     /// trips are in flight, else with the calls queued beside it.
     ///

@@ -86,6 +86,20 @@ impl Conn {
         Ok(Client::Single(conn))
     }
 
+    /// Another connection to the same server as this one (connected lazily, on the
+    /// runtime of its first call), recording into this one's latency histograms.
+    ///
+    /// # Errors
+    ///
+    /// When the URL cannot be parsed.
+    pub(crate) async fn beside(&self, url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        let client = Self::client(url, timeout).await?;
+        Ok(Self {
+            client,
+            latency: self.latency.clone(),
+        })
+    }
+
     /// Starts timing `op` for the store's metrics.
     pub(crate) fn timed(&self, op: &'static str) -> Timed<'_> {
         self.latency.start(op)

@@ -75,6 +75,7 @@ pub struct Builder {
     store: StoreConfig,
     lease_ttl: Duration,
     clock: Option<Arc<dyn Clock>>,
+    lanes: Vec<tokio::runtime::Handle>,
 }
 
 /// A call's fields, owned, to admit it on the store's runtime.
@@ -118,7 +119,19 @@ impl Builder {
             store,
             lease_ttl: DEFAULT_LEASE_TTL,
             clock: None,
+            lanes: Vec::new(),
         }
+    }
+
+    /// Gives each of `runtimes` its own connection to Redis and its own coalescing of
+    /// admissions, for a process that calls the engine from several single-threaded
+    /// runtimes (`new_current_thread`), each driven on a thread of its own, as
+    /// `toolgate serve` does: a call's round trip and its answer then stay on its
+    /// thread, and no thread wakes another. Calls from any other thread use the
+    /// engine's own connection. None by default; ignored for a cluster.
+    pub fn lanes(mut self, runtimes: Vec<tokio::runtime::Handle>) -> Self {
+        self.lanes = runtimes;
+        self
     }
 
     /// How long a concurrency lease lives unless released (default 60 s, clamped to
@@ -164,7 +177,14 @@ impl Builder {
     ///
     /// As [`Builder::engine`].
     pub async fn engine_with_clock(self, clock: Arc<dyn Clock>) -> Result<Engine, StoreError> {
-        let gate = Gate::connect(self.policy, self.store, self.lease_ttl, self.clock).await?;
+        let gate = Gate::connect(
+            self.policy,
+            self.store,
+            self.lease_ttl,
+            self.clock,
+            &self.lanes,
+        )
+        .await?;
         let policy = gate.policy().clone();
         let store = Arc::new(RedisStore {
             gate: RwLock::new(Arc::new(gate)),

@@ -70,11 +70,12 @@ impl Gate {
         store: StoreConfig,
         lease_ttl: Duration,
         clock: Option<Arc<dyn Clock>>,
+        lanes: &[tokio::runtime::Handle],
     ) -> Result<Self, StoreError> {
         check(&store)?;
         let compiled = Compiled::new(policy.config(), &store.key_prefix)?;
         let fallback = Fallback::new(&store, &policy, clock.as_ref())?;
-        let link = Arc::new(Link::connect(&store, lease_ttl, clock).await?);
+        let link = Arc::new(Link::connect(&store, lease_ttl, clock, lanes).await?);
         Ok(Self {
             grants: Grants::new(store.local_grant, &link),
             link,

@@ -13,6 +13,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -63,15 +64,29 @@ pub(crate) struct Link {
     probing: AtomicBool,
     /// Runs the one-bucket admissions, coalesced (`coalesce.rs`).
     coalescer: Arc<Coalescer>,
+    /// The runtimes with a connection and a coalescer of their own
+    /// ([`crate::Builder::lanes`]); calls from any other thread use `conn` and
+    /// `coalescer`.
+    lanes: Vec<Lane>,
     /// Turns for reads of what quotas have left ([`MAX_PEEKS_IN_FLIGHT`]); shared
     /// with the links derived from this one.
     peeks: Arc<Semaphore>,
 }
 
+/// The connection and the coalescer of the runtime that runs on `thread`: its
+/// admissions' round trips and their answers stay on that thread.
+#[derive(Debug)]
+struct Lane {
+    thread: ThreadId,
+    conn: Conn,
+    coalescer: Arc<Coalescer>,
+}
+
 // === impl Link ===
 
 impl Link {
-    /// Connects to the Redis of `store` (see `conn.rs`), on the current Tokio runtime.
+    /// Connects to the Redis of `store` (see `conn.rs`), on the current Tokio runtime,
+    /// and, for a single server, once more for each runtime of `lanes`.
     ///
     /// # Errors
     ///
@@ -80,11 +95,18 @@ impl Link {
         store: &StoreConfig,
         lease_ttl: Duration,
         clock: Option<Arc<dyn Clock>>,
+        lanes: &[tokio::runtime::Handle],
     ) -> Result<Self, StoreError> {
         let conn = Conn::connect(&store.url, store.timeout).await?;
         let scripts = Scripts::new();
         let handle = tokio::runtime::Handle::current();
+        let lanes = if conn.is_cluster() {
+            Vec::new()
+        } else {
+            Lane::connect(&conn, store, &scripts, lanes).await?
+        };
         Ok(Self {
+            lanes,
             coalescer: Coalescer::new(conn.clone(), scripts.clone(), store.timeout, handle.clone()),
             conn,
             scripts,
@@ -102,14 +124,18 @@ impl Link {
     /// The link of a reload's gate: the same connection, scripts, timeout, clock and
     /// lease TTL (a new TTL applies to both), its own ids, and believed up.
     pub(crate) fn derived(&self) -> Self {
-        let coalescer = Coalescer::new(
-            self.conn.clone(),
-            self.scripts.clone(),
-            self.timeout,
-            self.handle.clone(),
-        );
+        let lanes = self
+            .lanes
+            .iter()
+            .map(|l| Lane {
+                thread: l.thread,
+                conn: l.conn.clone(),
+                coalescer: l.coalescer.fresh(),
+            })
+            .collect();
         Self {
-            coalescer,
+            coalescer: self.coalescer.fresh(),
+            lanes,
             conn: self.conn.clone(),
             scripts: self.scripts.clone(),
             timeout: self.timeout,
@@ -219,15 +245,16 @@ impl Link {
             });
         }
         let now = self.now_arg();
+        let (conn, coalescer) = self.here();
         if let Some(call) = BucketCall::of(&live, max_wait_us) {
-            let decision = self.coalescer.admit(now, call).await?;
+            let decision = coalescer.admit(now, call).await?;
             return Ok(decision.reply());
         }
         let ttl = self.lease_ttl.micros();
         let inv = self.scripts.admit(&now, &live, id, max_wait_us, ttl);
         // Boxed, as a lone coalesced call's is (`Coalescer::alone`): the coalesced
         // callers' futures stay small.
-        let value = Box::pin(self.conn.invoke("admit", &inv, self.timeout)).await?;
+        let value = Box::pin(conn.invoke("admit", &inv, self.timeout)).await?;
         Reply::parse(value, live.len())
     }
 
@@ -283,7 +310,8 @@ impl Link {
             return Ok(());
         }
         let inv = self.scripts.release(&self.now_arg(), &ops);
-        self.conn
+        self.here()
+            .0
             .invoke("release", &inv, self.timeout)
             .await
             .map(drop)
@@ -317,12 +345,57 @@ impl Link {
         drop(self.handle.spawn(task));
     }
 
+    /// The connection and the coalescer of the calling thread's runtime: its lane's,
+    /// or the link's own.
+    fn here(&self) -> (&Conn, &Arc<Coalescer>) {
+        if !self.lanes.is_empty() {
+            let me = std::thread::current().id();
+            if let Some(l) = self.lanes.iter().find(|l| l.thread == me) {
+                return (&l.conn, &l.coalescer);
+            }
+        }
+        (&self.conn, &self.coalescer)
+    }
+
     /// The scripts' time argument: Redis' clock unless a test clock is set.
     fn now_arg(&self) -> String {
         self.clock
             .as_ref()
             .map(|c| (c.now() / 1000).to_string())
             .unwrap_or_default()
+    }
+}
+
+// === impl Lane ===
+
+impl Lane {
+    /// A lane for each runtime of `handles`, each connection made on its runtime
+    /// (its I/O is driven there). A runtime that no longer runs gets none.
+    async fn connect(
+        main: &Conn,
+        store: &StoreConfig,
+        scripts: &Scripts,
+        handles: &[tokio::runtime::Handle],
+    ) -> Result<Vec<Self>, StoreError> {
+        let mut lanes = Vec::with_capacity(handles.len());
+        for h in handles {
+            let (main, url, timeout) = (main.clone(), store.url.clone(), store.timeout);
+            let made = h.spawn(async move {
+                let conn = main.beside(&url, timeout).await;
+                (std::thread::current().id(), conn)
+            });
+            let Ok((thread, conn)) = made.await else {
+                continue;
+            };
+            let conn = conn?;
+            let coalescer = Coalescer::new(conn.clone(), scripts.clone(), timeout, h.clone());
+            lanes.push(Self {
+                thread,
+                conn,
+                coalescer,
+            });
+        }
+        Ok(lanes)
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::cores::Cores;
 use super::driver::{drive, Ended};
 use super::head_error::{MAX_HEADERS, MAX_HEAD_BYTES};
 use super::limits::Limits;
@@ -43,6 +44,7 @@ struct Serving {
     http: http1::Builder,
     overflow_http: http1::Builder,
     stop: watch::Receiver<bool>,
+    cores: Option<Arc<Cores>>,
 }
 
 /// Serves the gateway for `state` on `listener` within `limits` until `shutdown`
@@ -59,6 +61,18 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Served {
+    serve_on(listener, state, limits, None, shutdown).await
+}
+
+/// [`serve`], each connection served on one of `cores` (the one with the fewest
+/// open connections), or on the current runtime with `None`.
+pub async fn serve_on(
+    listener: TcpListener,
+    state: AppState,
+    limits: Limits,
+    cores: Option<Arc<Cores>>,
+    shutdown: impl Future<Output = ()>,
+) -> Served {
     let (stop_tx, stop) = watch::channel(false);
     let connections = state.connections().clone();
     connections.set_limit(limits.max_connections);
@@ -72,6 +86,7 @@ pub async fn serve(
         http: builder(true),
         overflow_http: builder(false),
         stop,
+        cores,
     };
     let mut tasks = JoinSet::new();
     let mut shutdown = pin!(shutdown);
@@ -120,11 +135,30 @@ fn spawn(tasks: &mut JoinSet<()>, ctx: &Serving, stream: TcpStream) {
     let stop = ctx.stop.clone();
     if let Some(slot) = conns.try_open(limits.max_connections) {
         let (router, http) = (ctx.router.clone(), ctx.http.clone());
-        tasks.spawn(async move {
-            let ended = drive(stream, router, &http, limits.timeouts(), stop).await;
-            trace_end(ended);
-            drop(slot);
-        });
+        let Some(cores) = &ctx.cores else {
+            tasks.spawn(async move {
+                let ended = drive(stream, router, &http, limits.timeouts(), stop).await;
+                trace_end(ended);
+                drop(slot);
+            });
+            return;
+        };
+        // Moved to its core's reactor: registered there, its I/O is driven there.
+        let Ok(stream) = stream.into_std() else {
+            return;
+        };
+        let (core, seat) = cores.pick();
+        tasks.spawn_on(
+            async move {
+                let Ok(stream) = TcpStream::from_std(stream) else {
+                    return;
+                };
+                let ended = drive(stream, router, &http, limits.timeouts(), stop).await;
+                trace_end(ended);
+                drop((slot, seat));
+            },
+            core,
+        );
     } else if let Some(slot) = conns.try_overflow(limits.overflow()) {
         let http = ctx.overflow_http.clone();
         let overflow = Overflow {

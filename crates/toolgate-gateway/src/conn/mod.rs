@@ -12,8 +12,12 @@
 //! - hyper's own empty 400/414/431 answers become JSON errors like every other
 //!   (the `head_error` module doc says how);
 //! - `shutdown_grace` bounds the shutdown whatever clients do.
+//!
+//! `toolgate serve` serves each connection on one of a set of single-threaded
+//! runtimes ([`Cores`], [`serve_on`]); [`serve`] serves them on the current runtime.
 
 mod activity;
+mod cores;
 mod driver;
 mod fd_limit;
 mod head_error;
@@ -24,6 +28,7 @@ mod overflow;
 mod rewake;
 mod service;
 
+pub use cores::{Cores, MAX_CORES};
 pub use fd_limit::{fit_to_fd_limit, FD_RESERVE};
 pub use limits::Limits;
-pub use listener::{serve, Served};
+pub use listener::{serve, serve_on, Served};

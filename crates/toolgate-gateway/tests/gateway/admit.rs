@@ -56,6 +56,7 @@ async fn futures_join<'a>(s: &Server, tools: &[&'a str]) -> Vec<(&'a str, crate:
             base: s.base.clone(),
             state: s.state.clone(),
             http: s.http.clone(),
+            cores: s.cores.clone(),
         };
         set.spawn(async move { (i, client.send(req).await) });
     }

@@ -35,6 +35,41 @@ async fn hold(s: &Server, n: usize) -> Vec<TcpStream> {
     held
 }
 
+/// Connections go to the core with the fewest open ones, are served there, and
+/// leave their core's count when they close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_spread_over_the_cores_and_served_there() {
+    let s = start("[tools.t]\nrate = \"1000/s\"\n").await;
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(connect(&s).await);
+    }
+    eventually("four connections on two cores", SOON, || async {
+        s.cores.open() == [2, 2]
+    })
+    .await;
+    let body = r#"{"tool":"t"}"#;
+    let req = format!(
+        "POST /v1/admit HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    for c in &mut conns {
+        c.write_all(req.as_bytes()).await.expect("write");
+    }
+    for mut c in conns {
+        let (answer, _) = read_until_closed(&mut c, SOON)
+            .await
+            .expect("answered and closed");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    eventually("every core's count back to zero", SOON, || async {
+        s.cores.open() == [0, 0]
+    })
+    .await;
+}
+
 fn open_and_overflow(s: &Server) -> usize {
     let c = s.state.connections().to_json();
     (c["open"].as_u64().expect("open") + c["overflow"].as_u64().expect("overflow")) as usize

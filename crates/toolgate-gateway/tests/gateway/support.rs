@@ -1,10 +1,11 @@
 //! A gateway on 127.0.0.1:0, a JSON client, and polling helpers.
 
 use std::future::{pending, Future};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use toolgate_gateway::conn::Limits;
+use toolgate_gateway::conn::{Cores, Limits};
 use toolgate_gateway::state::{AppState, Source};
 use toolgate_gateway::store::Store;
 
@@ -13,6 +14,8 @@ pub struct Server {
     pub base: String,
     pub state: AppState,
     pub http: reqwest::Client,
+    /// The runtimes that serve the connections, as `toolgate serve`'s.
+    pub cores: Arc<Cores>,
 }
 
 /// Starts a gateway on a TOML config.
@@ -33,19 +36,28 @@ pub async fn start_file(path: &std::path::Path) -> Server {
 }
 
 /// Serves `state` as `toolgate serve` does (the same accept loop, with the limits of
-/// its `[gateway]` table), until the test's runtime ends.
+/// its `[gateway]` table, each connection on one of two runtimes of its own), until
+/// the test's runtime ends.
 pub async fn start_on(state: AppState) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let limits = Limits::new(&state.live().settings);
-    let serving = toolgate_gateway::conn::serve(listener, state.clone(), limits, pending());
+    let cores = Arc::new(Cores::start(2).expect("the connections' runtimes"));
+    let serving = toolgate_gateway::conn::serve_on(
+        listener,
+        state.clone(),
+        limits,
+        Some(cores.clone()),
+        pending(),
+    );
     tokio::spawn(serving);
     Server {
         base: format!("http://{addr}"),
         state,
         http: reqwest::Client::new(),
+        cores,
     }
 }
 

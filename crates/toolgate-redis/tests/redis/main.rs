@@ -26,6 +26,7 @@ mod expiry;
 mod fairness;
 mod faults;
 mod grant;
+mod lanes;
 mod multiproc;
 mod redis_only;
 
