@@ -128,7 +128,9 @@ impl Builder {
     /// runtimes (`new_current_thread`), each driven on a thread of its own, as
     /// `toolgate serve` does: a call's round trip and its answer then stay on its
     /// thread, and no thread wakes another. Calls from any other thread use the
-    /// engine's own connection. None by default; ignored for a cluster.
+    /// engine's own connection, as do those of a runtime that does not run a task
+    /// within 5 s of the engine's start (nothing drives it). None by default;
+    /// ignored for a cluster.
     pub fn lanes(mut self, runtimes: Vec<tokio::runtime::Handle>) -> Self {
         self.lanes = runtimes;
         self

@@ -40,6 +40,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// timeout, after which their figures are unknown).
 const MAX_PEEKS_IN_FLIGHT: usize = 2;
 
+/// How long a runtime given as a lane has to run its first task of ours.
+const LANE_START: Duration = Duration::from_secs(5);
+
 /// A read whose turn comes with less of its timeout left is not sent: it could not
 /// be answered in time, and behind a hung server it would only queue up there.
 const MIN_PEEK_LEFT: Duration = Duration::from_millis(1);
@@ -370,7 +373,9 @@ impl Link {
 
 impl Lane {
     /// A lane for each runtime of `handles`, each connection made on its runtime
-    /// (its I/O is driven there). A runtime that no longer runs gets none.
+    /// (its I/O is driven there). A runtime that does not run a task of ours within
+    /// [`LANE_START`] (it stopped, or nothing drives it) gets none: its calls use
+    /// the link's own connection.
     async fn connect(
         main: &Conn,
         store: &StoreConfig,
@@ -384,7 +389,8 @@ impl Lane {
                 let conn = main.beside(&url, timeout).await;
                 (std::thread::current().id(), conn)
             });
-            let Ok((thread, conn)) = made.await else {
+            let Ok(Ok((thread, conn))) = tokio::time::timeout(LANE_START, made).await else {
+                tracing::warn!("a runtime given as a lane did not run: its calls use the store's own connection");
                 continue;
             };
             let conn = conn?;

@@ -3,14 +3,16 @@
 //! kept in Redis, before and after a reload.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use toolgate::config::Config;
 use toolgate::{Call, Engine, Policy};
+use toolgate_redis::Source;
 
-use crate::support::{prefix, redis_available, store, RedisServer};
+use crate::support::{prefix, redis_available, store, RedisServer, HEAVY};
 
 /// A single-threaded runtime on a thread of its own, stopped when dropped.
 struct Core {
@@ -112,4 +114,97 @@ async fn each_lane_connects_on_its_own_and_all_lanes_share_one_quota() {
     assert_eq!(admit_everywhere(&engine, &cores, "t", 5).await, 0);
     assert_eq!(admit_everywhere(&engine, &cores, "u", 20).await, 10);
     assert_eq!(clients(&server) - before, 3);
+}
+
+/// Where a call from `core` was decided, and how long it took.
+async fn source_from(engine: &Arc<Engine>, core: &Core) -> (Option<Source>, Duration) {
+    let e = engine.clone();
+    core.handle
+        .spawn(async move {
+            let t0 = Instant::now();
+            let source = e
+                .admit_now(&Call::new("t"))
+                .await
+                .ok()
+                .and_then(|p| Source::of(&p));
+            (source, t0.elapsed())
+        })
+        .await
+        .expect("a call's task")
+}
+
+/// A lane's connection breaks with Redis and comes back with it: while Redis is down,
+/// a lane's calls take the `on_store_error` path within the timeout; after the
+/// restart they are decided by Redis again within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_follows_on_store_error_while_redis_is_down_and_comes_back_with_it() {
+    if !redis_available() {
+        return;
+    }
+    let _heavy = HEAVY.lock().await;
+    let mut server = RedisServer::start();
+    let lane = core();
+    let extra = "on_store_error = \"local\"\nlocal_share = 0.5\ntimeout = \"50ms\"\n";
+    let cfg = store(&server.url(), &prefix("lane-faults"), extra);
+    let engine = toolgate_redis::Builder::new(policy("[tools.t]\nrate = \"1000/s\"\n"), cfg)
+        .lanes(vec![lane.handle.clone()])
+        .engine()
+        .await
+        .expect("an engine");
+    let engine = Arc::new(engine);
+    let until_redis = |limit: Duration| {
+        let (engine, lane) = (&engine, &lane);
+        async move {
+            let t0 = Instant::now();
+            while t0.elapsed() < limit {
+                if source_from(engine, lane).await.0 == Some(Source::Redis) {
+                    return Some(t0.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            None
+        }
+    };
+    until_redis(Duration::from_secs(3))
+        .await
+        .expect("the lane reached Redis");
+    server.kill();
+    for _ in 0..10 {
+        let (source, took) = source_from(&engine, &lane).await;
+        assert_eq!(source, Some(Source::Local));
+        assert!(took <= Duration::from_millis(125), "a call took {took:?}");
+    }
+    server.restart();
+    let back = until_redis(Duration::from_secs(3))
+        .await
+        .expect("the lane came back to Redis");
+    assert!(back <= Duration::from_secs(1), "back after {back:?}");
+}
+
+/// A runtime that nothing drives gets no lane: the engine starts all the same (after
+/// waiting a bounded time for it), and calls use the engine's own connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_nothing_drives_gets_no_lane() {
+    if !redis_available() {
+        return;
+    }
+    let server = RedisServer::start();
+    let idle = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let before = clients(&server);
+    let cfg = store(&server.url(), &prefix("lanes-idle"), "timeout = \"2s\"\n");
+    let t0 = Instant::now();
+    let engine = toolgate_redis::Builder::new(policy("[tools.t]\nrate = \"30/m\"\n"), cfg)
+        .lanes(vec![idle.handle().clone()])
+        .engine()
+        .await
+        .expect("an engine");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let engine = Arc::new(engine);
+    assert_eq!(admit_everywhere(&engine, &[], "t", 40).await, 30);
+    assert_eq!(clients(&server) - before, 1);
+    // Not dropped in place: a runtime cannot be dropped inside another's task.
+    idle.shutdown_background();
 }
