@@ -188,3 +188,10 @@ wrk.body = '{"tool":"open"}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
 }
+
+# bench_redis_scripts PORT: "runs µs" of the scripts (EVALSHA and EVAL) the
+# `redis-server` on PORT ran since its statistics were last reset (`INFO commandstats`).
+bench_redis_scripts() {
+  redis-cli -p "$1" info commandstats |
+    awk -F'[=,:]' '/^cmdstat_(evalsha|eval):/ { n += $3; u += $5 } END { printf "%d %d\n", n, u }'
+}
