@@ -96,10 +96,16 @@ impl Drop for Redis {
 impl Gateway {
     /// `toolgate serve --listen 127.0.0.1:0 --config CONFIG ARGS…`, once it listens.
     pub fn start(config: &std::path::Path, args: &[&str]) -> Self {
+        Self::start_with_env(config, args, &[])
+    }
+
+    /// As [`Gateway::start`], with `envs` set in the process's environment.
+    pub fn start_with_env(config: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(config)
             .args(args)
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -273,3 +273,70 @@ async fn store_leases_on_redis_follow_the_gateways_lease_ttl() {
     near(store_lease_left(&redis), Duration::from_secs(4));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Redis' count of connected clients.
+fn redis_clients(redis: &Redis) -> u64 {
+    let mut conn = redis::Client::open(redis.url())
+        .and_then(|c| c.get_connection())
+        .expect("a connection to the test's redis-server");
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query(&mut conn)
+        .expect("INFO clients");
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("connected_clients")
+}
+
+/// `toolgate serve` on Redis gives each of its connections' runtimes a connection to
+/// Redis of its own (one per core: `TOKIO_WORKER_THREADS` of them here), every one
+/// of which obeys the one quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
+    if !redis_available() {
+        return;
+    }
+    let redis = Redis::start();
+    let dir = std::env::temp_dir().join(format!("toolgate-gw-lanes-{}", redis.port));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("toolgate.toml");
+    std::fs::write(
+        &config,
+        "[store]\ntimeout = \"2s\"\n[tools.t]\nrate = \"10/min\"\nburst = 10\n",
+    )
+    .expect("write config");
+    let before = redis_clients(&redis);
+    let gw = Gateway::start_with_env(
+        &config,
+        &["--store", &redis.url()],
+        &[("TOKIO_WORKER_THREADS", "3")],
+    );
+    // Six clients of one kept-alive connection each: two on each of the three
+    // cores (the accept loop gives each new one to the core with the fewest).
+    let clients: Vec<reqwest::Client> = (0..6)
+        .map(|_| {
+            reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .build()
+                .expect("client")
+        })
+        .collect();
+    let calls = (0..18).map(|i| {
+        let (http, base) = (clients[i % 6].clone(), gw.base.clone());
+        async move { admit(&http, &base, "t").await.0 }
+    });
+    let statuses = futures_join_all(calls).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        8,
+        "{statuses:?}"
+    );
+    // Every admission went through its core's own connection.
+    assert_eq!(redis_clients(&redis) - before, 3);
+}
