@@ -1,11 +1,21 @@
 //! `toolgate serve --store redis://…`: two gateway processes on one real
 //! `redis-server` (started here on a free port) obey one quota.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::procs::{free_port, redis_available, Gateway, Redis};
+
+/// `toml` written to a config file of its own for a test on `redis` named `name`.
+fn config_file(redis: &Redis, name: &str, toml: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-gw-{name}-{}", redis.port));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("toolgate.toml");
+    std::fs::write(&config, toml).expect("write config");
+    config
+}
 
 async fn admit(http: &reqwest::Client, base: &str, tool: &str) -> (u16, Value) {
     let res = http
@@ -24,11 +34,9 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
         return;
     }
     let redis = Redis::start();
-    let dir = std::env::temp_dir().join(format!("toolgate-gw-shared-{}", redis.port));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("toolgate.toml");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        &redis,
+        "shared",
         r#"
         [store]
         timeout = "2s"          # semantics, not timeouts, are tested here
@@ -40,8 +48,7 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
         [tools.search_documents]
         rate = "1000/s"
         "#,
-    )
-    .expect("write config");
+    );
     let a = Gateway::start(&config, &["--store", &redis.url()]);
     let b = Gateway::start(&config, &["--store", &redis.url()]);
     let http = reqwest::Client::new();
@@ -114,7 +121,9 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
     // Reading spent nothing: the quota is as empty as before, not emptier, and
     // the other tool still admits.
     assert_eq!(admit(&http, &b.base, "search_documents").await.0, 200);
-    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(dir) = config.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Value {
@@ -298,14 +307,11 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
         return;
     }
     let redis = Redis::start();
-    let dir = std::env::temp_dir().join(format!("toolgate-gw-lanes-{}", redis.port));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("toolgate.toml");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        &redis,
+        "lanes",
         "[store]\ntimeout = \"2s\"\n[tools.t]\nrate = \"10/min\"\nburst = 10\n",
-    )
-    .expect("write config");
+    );
     let before = redis_clients(&redis);
     let gw = Gateway::start_with_env(
         &config,
@@ -339,4 +345,7 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
     );
     // Every admission went through its core's own connection.
     assert_eq!(redis_clients(&redis) - before, 3);
+    if let Some(dir) = config.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
