@@ -40,6 +40,11 @@ const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// timeout, after which their figures are unknown).
 const MAX_PEEKS_IN_FLIGHT: usize = 2;
 
+thread_local! {
+    /// The calling thread's id, which tells its lane.
+    static THREAD: ThreadId = std::thread::current().id();
+}
+
 /// How long a runtime given as a lane has to run its first task of ours.
 const LANE_START: Duration = Duration::from_secs(5);
 
@@ -352,8 +357,11 @@ impl Link {
     /// or the link's own.
     fn here(&self) -> (&Conn, &Arc<Coalescer>) {
         if !self.lanes.is_empty() {
-            let me = std::thread::current().id();
-            if let Some(l) = self.lanes.iter().find(|l| l.thread == me) {
+            // Read from the thread's own copy: `thread::current()` would clone the
+            // thread's `Arc` (two locked instructions) on every admission. None
+            // while the thread is torn down: the link's own is used then.
+            let me = THREAD.try_with(|t| *t).ok();
+            if let Some(l) = self.lanes.iter().find(|l| Some(l.thread) == me) {
                 return (&l.conn, &l.coalescer);
             }
         }
@@ -387,7 +395,7 @@ impl Lane {
             let (main, url, timeout) = (main.clone(), store.url.clone(), store.timeout);
             let made = h.spawn(async move {
                 let conn = main.beside(&url, timeout).await;
-                (std::thread::current().id(), conn)
+                (THREAD.with(|t| *t), conn)
             });
             let Ok(Ok((thread, conn))) = tokio::time::timeout(LANE_START, made).await else {
                 tracing::warn!("a runtime given as a lane did not run: its calls use the store's own connection");
