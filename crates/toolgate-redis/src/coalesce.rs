@@ -272,18 +272,23 @@ impl Coalescer {
     /// the other (in arrival order), different buckets side by side (one round trip
     /// when the connection pipelines them).
     async fn run(&self, batch: Vec<Pending>) {
-        join_all(lanes(batch).into_iter().map(|lane| self.run_lane(lane))).await;
+        join_all(
+            by_bucket(batch)
+                .into_iter()
+                .map(|groups| self.run_bucket(groups)),
+        )
+        .await;
     }
 
-    async fn run_lane(&self, lane: Vec<Group>) {
-        for g in lane {
+    async fn run_bucket(&self, groups: Vec<Group>) {
+        for g in groups {
             self.run_group(g).await;
         }
     }
 
     /// One group's round trip, with one timer: each caller is answered the decision
     /// if Redis answers by its deadline, else a timeout at its deadline; the round
-    /// trip is given up when every caller has been answered. The groups of a lane are
+    /// trip is given up when every caller has been answered. The groups of a bucket are
     /// in arrival order and every deadline is an arrival plus the same timeout, so a
     /// later group's callers have later deadlines than this group's: none of them is
     /// past its deadline while this group's round trip runs.
@@ -354,28 +359,28 @@ fn answer_all(txs: impl IntoIterator<Item = Answer>, e: &StoreError) {
     }
 }
 
-/// The batch as lanes, one per bucket key: its groups in arrival order (a new group
+/// The batch by bucket key: each bucket's groups in arrival order (a new group
 /// whenever the time argument or the bucket's denominator changes), each group's
 /// calls as runs of equal costs.
-fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
-    let mut lanes: Vec<Vec<Group>> = Vec::new();
+fn by_bucket(batch: Vec<Pending>) -> Vec<Vec<Group>> {
+    let mut buckets: Vec<Vec<Group>> = Vec::new();
     for p in batch {
-        let lane = match lanes
+        let groups = match buckets
             .iter()
-            .position(|l| l.first().is_some_and(|g| g.key == p.call.key))
+            .position(|b| b.first().is_some_and(|g| g.key == p.call.key))
         {
-            Some(i) => &mut lanes[i],
+            Some(i) => &mut buckets[i],
             None => {
-                lanes.push(Vec::new());
-                let last = lanes.len() - 1;
-                &mut lanes[last]
+                buckets.push(Vec::new());
+                let last = buckets.len() - 1;
+                &mut buckets[last]
             }
         };
-        let same = lane
+        let same = groups
             .last()
             .is_some_and(|g| g.now == p.now && g.den == p.call.den);
         if !same {
-            lane.push(Group {
+            groups.push(Group {
                 now: p.now,
                 key: p.call.key,
                 den: p.call.den,
@@ -383,12 +388,12 @@ fn lanes(batch: Vec<Pending>) -> Vec<Vec<Group>> {
                 callers: Vec::new(),
             });
         }
-        let Some(g) = lane.last_mut() else { continue };
+        let Some(g) = groups.last_mut() else { continue };
         match g.runs.last_mut() {
             Some((c, n)) if *c == p.call.costs => *n += 1,
             _ => g.runs.push((p.call.costs, 1)),
         }
         g.callers.push((Some(p.tx), p.deadline));
     }
-    lanes
+    buckets
 }
