@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::activity::Timeouts;
 use super::cores::Cores;
 use super::driver::{drive, Ended};
 use super::head_error::{MAX_HEADERS, MAX_HEAD_BYTES};
@@ -134,13 +135,9 @@ fn spawn(tasks: &mut JoinSet<()>, ctx: &Serving, stream: TcpStream) {
     let limits = ctx.limits;
     let stop = ctx.stop.clone();
     if let Some(slot) = conns.try_open(limits.max_connections) {
-        let (router, http) = (ctx.router.clone(), ctx.http.clone());
+        let (router, http, timeouts) = (ctx.router.clone(), ctx.http.clone(), limits.timeouts());
         let Some(cores) = &ctx.cores else {
-            tasks.spawn(async move {
-                let ended = drive(stream, router, &http, limits.timeouts(), stop).await;
-                trace_end(ended);
-                drop(slot);
-            });
+            tasks.spawn(serve_router(stream, router, http, timeouts, stop, slot));
             return;
         };
         // Moved to its core's reactor: registered there, its I/O is driven there.
@@ -150,12 +147,9 @@ fn spawn(tasks: &mut JoinSet<()>, ctx: &Serving, stream: TcpStream) {
         let (core, seat) = cores.pick();
         tasks.spawn_on(
             async move {
-                let Ok(stream) = TcpStream::from_std(stream) else {
-                    return;
-                };
-                let ended = drive(stream, router, &http, limits.timeouts(), stop).await;
-                trace_end(ended);
-                drop((slot, seat));
+                if let Ok(stream) = TcpStream::from_std(stream) {
+                    serve_router(stream, router, http, timeouts, stop, (slot, seat)).await;
+                }
             },
             core,
         );
@@ -174,6 +168,20 @@ fn spawn(tasks: &mut JoinSet<()>, ctx: &Serving, stream: TcpStream) {
         conns.refuse();
         drop(stream);
     }
+}
+
+/// Serves the router on `stream` until the connection ends, then lets go of `held`
+/// (the connection's places in the counts).
+async fn serve_router(
+    stream: TcpStream,
+    router: RouterService,
+    http: http1::Builder,
+    timeouts: Timeouts,
+    stop: watch::Receiver<bool>,
+    held: impl Send,
+) {
+    trace_end(drive(stream, router, &http, timeouts, stop).await);
+    drop(held);
 }
 
 fn trace_end(ended: Ended) {
