@@ -154,39 +154,34 @@ TOML
   done
 }
 
-# bench_ab_start WORK BIN_A BIN_B STORE: two gateways, A and B, serving the same config
-# (one tool that always admits) on STORE (memory, or redis: one `redis-server` of the
-# script's own, a key prefix each), and WORK/open.lua (POST /v1/admit of that tool).
-# Sets $aaddr $apid $baddr $bpid, and $rpid (redis-server's pid, or empty).
+# bench_ab_start WORK BIN_A BIN_B STORE: two gateways, A and B (each an executable),
+# serving bench_gateway_files' config on STORE (memory, or redis: one `redis-server`
+# of the script's own, a key prefix each); WORK/open.lua admits. Fails when a binary
+# or the store is not one of those. Sets $aaddr $apid $baddr $bpid, and $rpid
+# (redis-server's pid, or empty).
 bench_ab_start() {
-  local work=$1 a=$2 b=$3 store=$4
-  local store_args=()
-  cat > "$work/bench.toml" <<'TOML'
-[store]
-timeout = "1s"
-[gateway]
-lease_ttl = "1s"          # leases are not completed by the load generator
-max_leases = 1000000
-[tools.open]              # always admitted
-rate = "1000000/s"
-TOML
+  local work=$1 a=$2 b=$3 store=$4 bin config=$1/bench.toml store_args=()
+  for bin in "$a" "$b"; do
+    [ -x "$bin" ] || { echo "$0: $bin is not an executable" >&2; exit 1; }
+  done
+  case "$store" in
+    redis | memory) ;;
+    *) echo "$0: STORE is memory or redis, not $store" >&2; exit 2 ;;
+  esac
+  bench_gateway_files "$work"
   rpid=
   if [ "$store" = redis ]; then
     bench_start_redis "$work/redis"
     rpid=$redis_pid
     store_args=(--store "redis://127.0.0.1:$redis_port")
+    config=$work/bench-redis.toml
   fi
-  sed 's/^\[store\]$/[store]\nkey_prefix = "tga:"/' "$work/bench.toml" > "$work/a.toml"
-  sed 's/^\[store\]$/[store]\nkey_prefix = "tgb:"/' "$work/bench.toml" > "$work/b.toml"
+  sed 's/^\[store\]$/[store]\nkey_prefix = "tga:"/' "$config" > "$work/a.toml"
+  sed 's/^\[store\]$/[store]\nkey_prefix = "tgb:"/' "$config" > "$work/b.toml"
   bench_start "$work" a "$a" serve --config "$work/a.toml" --listen 127.0.0.1:0 "${store_args[@]}"
   aaddr=$addr; apid=$spid
   bench_start "$work" b "$b" serve --config "$work/b.toml" --listen 127.0.0.1:0 "${store_args[@]}"
   baddr=$addr; bpid=$spid
-  cat > "$work/open.lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"tool":"open"}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
 }
 
 # bench_redis_scripts PORT: "runs µs" of the scripts (EVALSHA and EVAL) the
