@@ -44,11 +44,50 @@ impl Waits {
 
 /// Admits `call` now or rejects it now: never waits (see
 /// [`crate::Engine::try_admit`]).
+///
+/// The lookup and the fast path inline, at the caller, and everything past them out
+/// of line ([`try_admit_slow`]): a permit made in the caller's frame is moved field
+/// by field, where one handed back by a call is copied in 16-byte pieces over the
+/// callee's smaller writes, which the CPU cannot forward from its store buffer. On
+/// an EPYC that stall was a quarter of a call by name; the function boundary it
+/// costs the paths past the fast one is 16-31 instructions (docs/benchmarks.md,
+/// core, round twenty-one).
+#[inline(always)]
 pub(crate) fn try_admit(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
+    // The steps of `ToolRuntime::try_admit` (fast path, quiet path, gates), in the
+    // same order, but with the permit made here: one that keeps nothing is built
+    // without an `Admission` (the hot path of every call by name). One function for
+    // both measured worse on every path past the fast one (docs/benchmarks.md,
+    // round five): keep the two in step. On a shared store a tool has no fast
+    // path (`compiled.rs`), so the store is asked about past it.
     match live.tool(call.tool) {
-        Ok(tool) => try_admit_tool(live, tool, call),
+        Ok(tool) => {
+            let now = live.shared.now();
+            if tool.try_admit_fast(call, now) {
+                return Ok(Permit::immediate(Some(tool), now));
+            }
+            try_admit_slow(live, tool, call, now)
+        }
         Err(compiled) => unknown(live, &compiled, call),
     }
+}
+
+/// [`try_admit`] past the fast path, tried at `now`: out of line.
+#[inline(never)]
+fn try_admit_slow(
+    live: &Live,
+    tool: Arc<ToolRuntime>,
+    call: &Call<'_>,
+    now: Nanos,
+) -> Result<Permit, Rejection> {
+    try_admit_past_fast(live, tool, call, now)
+}
+
+/// [`try_admit`] again, on the policy a reload put in force; out of line, so that
+/// [`try_admit_slow`] does not inline the function that calls it.
+#[inline(never)]
+fn try_admit_again(live: &Live, call: &Call<'_>) -> Result<Permit, Rejection> {
+    try_admit(live, call)
 }
 
 /// A tool's runtime as an admission gets it: borrowed (a [`crate::ToolHandle`]'s,
@@ -85,27 +124,10 @@ impl ToolRef for Arc<ToolRuntime> {
     }
 }
 
-/// [`try_admit`] for a tool already looked up.
-#[inline]
-fn try_admit_tool(live: &Live, tool: impl ToolRef, call: &Call<'_>) -> Result<Permit, Rejection> {
-    // The steps of `ToolRuntime::try_admit` (fast path, quiet path, gates), in the
-    // same order, but with the permit made here: one that keeps nothing is built
-    // without an `Admission` (the hot path of every call by name). One function for
-    // both measured worse on every path past the fast one (docs/benchmarks.md,
-    // round five): keep the two in step. On a shared store a tool has no fast
-    // path (`compiled.rs`), so the store is asked about past it.
-    let now = live.shared.now();
-    if tool.runtime().try_admit_fast(call, now) {
-        return Ok(Permit::immediate(Some(tool.into_owned()), now));
-    }
-    try_admit_past_fast(live, tool, call, now)
-}
-
-/// [`try_admit_tool`] once the fast path, tried at `now`, said no (or cannot
-/// apply): a shared store, the quiet path, then the gates. Inline: a
-/// [`crate::ToolHandle`] calls it from its own out-of-line general path, and a call
-/// by name is one function (a call more, past the fast path, cost every path there
-/// 10-25 instructions).
+/// [`try_admit`] once the fast path, tried at `now`, said no (or cannot apply): a
+/// shared store, the quiet path, then the gates. Inline: a [`crate::ToolHandle`]
+/// calls it from its own out-of-line general path, a call by name from
+/// [`try_admit_slow`].
 #[inline(always)]
 pub(crate) fn try_admit_past_fast(
     live: &Live,
@@ -136,7 +158,7 @@ pub(crate) fn try_admit_past_fast(
                 tool: &t.name,
                 ..*call
             };
-            try_admit(live, &call)
+            try_admit_again(live, &call)
         }
         Err(d) => Err(t.refuse(d, call.tenant)),
     }
@@ -146,7 +168,7 @@ pub(crate) fn try_admit_past_fast(
 /// `waits` as [`admit`] would let it: `tool` back when only [`admit`] can give it (a
 /// shared store, a reload under way, or a refusal the call may wait out, which
 /// [`admit`] then decides again before it waits). The same decision [`admit`] makes
-/// first, without its future, and with [`try_admit_tool`]'s permits (one that keeps
+/// first, without its future, and with [`try_admit`]'s permits (one that keeps
 /// nothing is made without an `Admission`).
 #[inline]
 pub(crate) fn decide_now<T: ToolRef>(

@@ -125,6 +125,7 @@ impl Engine {
     /// # Errors
     ///
     /// A [`Rejection`] naming the quota that said no; nothing was consumed.
+    #[inline]
     pub fn try_admit(&self, call: &Call<'_>) -> Result<Permit, Rejection> {
         crate::admit::try_admit(&self.live, call)
     }

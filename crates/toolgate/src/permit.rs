@@ -40,12 +40,15 @@ pub(crate) use unadmitted::Unadmitted;
 /// ```
 #[must_use = "a permit releases its quota when dropped"]
 // In declaration order (`repr(C)`, and `Kept` too): what every permit's making writes
-// (the tool, the times, the tenant, the probe flag, then `Kept`'s box and its part
-// vector's length) lies first and in order, and the permit moves (out of a
-// `Result`, into its caller's place) faster: an owned permit made and dropped took
-// 21.2 ns here against 24.7 ns in the compiler's own order, whose moves read
-// 16-byte pieces across the smaller writes that had just made the permit
-// (docs/benchmarks.md, round seventeen).
+// (the tool, the times, the tenant, the probe flag) lies first and in order, and
+// `Kept` ends with the two words it writes (its part vector's length, its box), which
+// the permit's making writes in one 16-byte store. A move of the permit (out of a
+// `Result`, into its caller's place) reads 16-byte pieces, and a piece read across
+// smaller writes that have just been made waits for them to reach the cache: in the
+// compiler's own order an owned permit made and dropped took 24.7 ns against 21.2
+// (a Xeon, docs/benchmarks.md, round seventeen); with `Kept`'s box first, its piece
+// took in the first, unwritten words of the part vector, and the owned permit cost
+// 4.13× governor's `check()` against 3.07× (an EPYC, round twenty-one).
 #[repr(C)]
 pub struct Permit {
     /// `None`: a tool without a policy, or a permit whose call has ended.
@@ -66,10 +69,10 @@ pub struct Permit {
 #[derive(Default)]
 #[repr(C)] // See `Permit`'s layout.
 struct Kept {
+    held: HeldParts,
     /// What only calls that waited or went to a shared store keep, boxed so that the
     /// permit stays small: it is moved on every admission.
     extra: Option<Box<Extra>>,
-    held: HeldParts,
 }
 
 /// What only calls that waited or went to a shared store keep.

@@ -74,7 +74,7 @@ pub(crate) struct ToolRuntime {
 impl ToolRuntime {
     /// Admits `call` now or says why not; never waits. The one-word fast path first,
     /// when nothing else has a say; then the deadline, the gates and the kernel.
-    /// (`admit::try_admit_tool` takes the same steps, making the permit itself.)
+    /// (`admit::try_admit` takes the same steps, making the permit itself.)
     #[inline]
     pub(crate) fn try_admit(&self, call: &Call<'_>, now: Nanos) -> Result<Admission, Denial> {
         if self.try_admit_fast(call, now) {
