@@ -48,7 +48,7 @@ pub(crate) use unadmitted::Unadmitted;
 // compiler's own order an owned permit made and dropped took 24.7 ns against 21.2
 // (a Xeon, docs/benchmarks.md, round seventeen); with `Kept`'s box first, its piece
 // took in the first, unwritten words of the part vector, and the owned permit cost
-// 4.13× governor's `check()` against 3.07× (an EPYC, round twenty-one).
+// 4.17× governor's `check()` against 3.06× (an EPYC, round twenty-one).
 #[repr(C)]
 pub struct Permit {
     /// `None`: a tool without a policy, or a permit whose call has ended.
