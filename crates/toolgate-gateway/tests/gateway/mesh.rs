@@ -15,6 +15,7 @@ use toolgate_mesh::testing::NatsServer;
 use toolgate_mesh::MeshConfig;
 
 use crate::procs::{redis_available, Gateway, Redis};
+use crate::support::config_file;
 
 /// One request the upstream saw.
 #[derive(Debug, Clone)]
@@ -74,14 +75,6 @@ async fn upstream(delay: Duration) -> Upstream {
         url: format!("http://{addr}/run"),
         hits,
     }
-}
-
-fn config_file(name: &str, body: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-mesh-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join("toolgate.toml");
-    std::fs::write(&path, body).expect("config");
-    path
 }
 
 fn call(id: &str, key: Option<&str>) -> Outgoing {

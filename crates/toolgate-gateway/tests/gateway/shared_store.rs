@@ -1,21 +1,12 @@
 //! `toolgate serve --store redis://…`: two gateway processes on one real
 //! `redis-server` (started here on a free port) obey one quota.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::procs::{free_port, redis_available, Gateway, Redis};
-
-/// `toml` written to a config file of its own for a test on `redis` named `name`.
-fn config_file(redis: &Redis, name: &str, toml: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("toolgate-gw-{name}-{}", redis.port));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("toolgate.toml");
-    std::fs::write(&config, toml).expect("write config");
-    config
-}
+use crate::support::{config_file, remove_config};
 
 async fn admit(http: &reqwest::Client, base: &str, tool: &str) -> (u16, Value) {
     let res = http
@@ -35,8 +26,7 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
     }
     let redis = Redis::start();
     let config = config_file(
-        &redis,
-        "shared",
+        "redis-shared",
         r#"
         [store]
         timeout = "2s"          # semantics, not timeouts, are tested here
@@ -121,9 +111,7 @@ async fn two_gateways_on_one_redis_obey_one_quota() {
     // Reading spent nothing: the quota is as empty as before, not emptier, and
     // the other tool still admits.
     assert_eq!(admit(&http, &b.base, "search_documents").await.0, 200);
-    if let Some(dir) = config.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    remove_config(&config);
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Value {
@@ -134,14 +122,10 @@ async fn get_json(http: &reqwest::Client, url: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_fails_closed_within_the_store_timeout() {
-    let dir = std::env::temp_dir().join(format!("toolgate-gw-down-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("toolgate.toml");
-    std::fs::write(
-        &config,
+    let config = config_file(
+        "redis-down",
         "[store]\ntimeout = \"200ms\"\n\n[tools.lookup_customer]\nrate = \"5/s\"\n",
-    )
-    .expect("write config");
+    );
     // Nothing listens on this port: the gateway starts anyway (the store is
     // connected lazily) and refuses calls, by the quota `store`, in bounded time.
     let down = format!("redis://127.0.0.1:{}", free_port());
@@ -172,7 +156,7 @@ async fn an_unreachable_redis_fails_closed_within_the_store_timeout() {
         "{one}"
     );
     assert_eq!(one["quotas"][0]["available"], Value::Null, "{one}");
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config(&config);
 }
 
 /// Runs futures concurrently (no `futures` dependency needed for one helper).
@@ -227,17 +211,16 @@ async fn store_leases_on_redis_follow_the_gateways_lease_ttl() {
         return;
     }
     let redis = Redis::start();
-    let dir = std::env::temp_dir().join(format!("toolgate-gw-lease-ttl-{}", redis.port));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let config = dir.join("toolgate.toml");
     let write = |ttl: &str| {
-        let toml = format!(
-            "[gateway]\nlease_ttl = \"{ttl}\"\n[store]\ntimeout = \"2s\"\n\
-             [tools.t]\nconcurrency = 1\n"
-        );
-        std::fs::write(&config, toml).expect("write config");
+        config_file(
+            "redis-lease-ttl",
+            &format!(
+                "[gateway]\nlease_ttl = \"{ttl}\"\n[store]\ntimeout = \"2s\"\n\
+                 [tools.t]\nconcurrency = 1\n"
+            ),
+        )
     };
-    write("1s");
+    let config = write("1s");
     let source = Source::File(config.clone());
     let loaded = source.load().expect("valid config");
     toolgate_gateway::metrics::install();
@@ -280,7 +263,7 @@ async fn store_leases_on_redis_follow_the_gateways_lease_ttl() {
     )
     .await;
     near(store_lease_left(&redis), Duration::from_secs(4));
-    let _ = std::fs::remove_dir_all(&dir);
+    remove_config(&config);
 }
 
 /// Redis' count of connected clients.
@@ -308,8 +291,7 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
     }
     let redis = Redis::start();
     let config = config_file(
-        &redis,
-        "lanes",
+        "redis-lanes",
         "[store]\ntimeout = \"2s\"\n[tools.t]\nrate = \"10/min\"\nburst = 10\n",
     );
     let before = redis_clients(&redis);
@@ -318,8 +300,8 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
         &["--store", &redis.url()],
         &[("TOKIO_WORKER_THREADS", "3")],
     );
-    // Six clients of one kept-alive connection each: two on each of the three
-    // cores (the accept loop gives each new one to the core with the fewest).
+    // Six clients, 18 calls at once: at least six connections, spread over the
+    // three cores (the accept loop gives each new one to the core with the fewest).
     let clients: Vec<reqwest::Client> = (0..6)
         .map(|_| {
             reqwest::Client::builder()
@@ -345,7 +327,5 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
     );
     // Every admission went through its core's own connection.
     assert_eq!(redis_clients(&redis) - before, 3);
-    if let Some(dir) = config.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    remove_config(&config);
 }

@@ -18,6 +18,23 @@ pub struct Server {
     pub cores: Arc<Cores>,
 }
 
+/// `body` written to a config file in a directory of its own, named for the test
+/// (`name`) and this process.
+pub fn config_file(name: &str, body: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("toolgate-test-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("toolgate.toml");
+    std::fs::write(&path, body).expect("config");
+    path
+}
+
+/// Removes the directory [`config_file`] made for `path`.
+pub fn remove_config(path: &std::path::Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// Starts a gateway on a TOML config.
 pub async fn start(toml: &str) -> Server {
     start_on(AppState::from_toml(toml).expect("valid config")).await
