@@ -381,28 +381,34 @@ impl Link {
 
 impl Lane {
     /// A lane for each runtime of `handles`, each connection made on its runtime
-    /// (its I/O is driven there). A runtime that does not run a task of ours within
-    /// [`LANE_START`] (it stopped, or nothing drives it) gets none: its calls use
-    /// the link's own connection.
+    /// (its I/O is driven there), all at once. A runtime that does not run a task of
+    /// ours within [`LANE_START`] of the first (it stopped, or nothing drives it)
+    /// gets none: its calls use the link's own connection.
     async fn connect(
         main: &Conn,
         store: &StoreConfig,
         scripts: &Scripts,
         handles: &[tokio::runtime::Handle],
     ) -> Result<Vec<Self>, StoreError> {
+        let deadline = tokio::time::Instant::now() + LANE_START;
+        let made: Vec<_> = handles
+            .iter()
+            .map(|h| {
+                let (main, url, timeout) = (main.clone(), store.url.clone(), store.timeout);
+                h.spawn(async move {
+                    let conn = main.beside(&url, timeout).await;
+                    (THREAD.with(|t| *t), conn)
+                })
+            })
+            .collect();
         let mut lanes = Vec::with_capacity(handles.len());
-        for h in handles {
-            let (main, url, timeout) = (main.clone(), store.url.clone(), store.timeout);
-            let made = h.spawn(async move {
-                let conn = main.beside(&url, timeout).await;
-                (THREAD.with(|t| *t), conn)
-            });
-            let Ok(Ok((thread, conn))) = tokio::time::timeout(LANE_START, made).await else {
+        for (h, made) in handles.iter().zip(made) {
+            let Ok(Ok((thread, conn))) = tokio::time::timeout_at(deadline, made).await else {
                 tracing::warn!("a runtime given as a lane did not run: its calls use the store's own connection");
                 continue;
             };
             let conn = conn?;
-            let coalescer = Coalescer::new(conn.clone(), scripts.clone(), timeout, h.clone());
+            let coalescer = Coalescer::new(conn.clone(), scripts.clone(), store.timeout, h.clone());
             lanes.push(Self {
                 thread,
                 conn,

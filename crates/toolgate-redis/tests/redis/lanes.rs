@@ -182,22 +182,28 @@ async fn a_lane_follows_on_store_error_while_redis_is_down_and_comes_back_with_i
 }
 
 /// A runtime that nothing drives gets no lane: the engine starts all the same (after
-/// waiting a bounded time for it), and calls use the engine's own connection.
+/// waiting a bounded time for all of them at once, not for each in turn: three
+/// waited for one after another would take 15 s), and calls use the engine's own
+/// connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_that_nothing_drives_gets_no_lane() {
     if !redis_available() {
         return;
     }
     let server = RedisServer::start();
-    let idle = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let idle: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+        })
+        .collect();
     let before = clients(&server);
     let cfg = store(&server.url(), &prefix("lanes-idle"), "timeout = \"2s\"\n");
     let t0 = Instant::now();
     let engine = toolgate_redis::Builder::new(policy("[tools.t]\nrate = \"30/m\"\n"), cfg)
-        .lanes(vec![idle.handle().clone()])
+        .lanes(idle.iter().map(|rt| rt.handle().clone()).collect())
         .engine()
         .await
         .expect("an engine");
@@ -206,5 +212,6 @@ async fn a_runtime_that_nothing_drives_gets_no_lane() {
     assert_eq!(admit_everywhere(&engine, &[], "t", 40).await, 30);
     assert_eq!(clients(&server) - before, 1);
     // Not dropped in place: a runtime cannot be dropped inside another's task.
-    idle.shutdown_background();
+    idle.into_iter()
+        .for_each(tokio::runtime::Runtime::shutdown_background);
 }
