@@ -21,7 +21,9 @@
 //! refused by a spent bucket) and `governor_rejected` (governor's `check()` on a
 //! spent limiter, with the time to wait), `pipeline_run` / `pipeline_bare` (`Engine::run` of a
 //! ready attempt, and admission plus completion by hand, on a resilient tool),
-//! `governor_keyed` (governor's keyed limiter, the same tenants), and
+//! `governor_keyed` (governor's keyed limiter, the same tenants), `governor_by_key`
+//! (governor's keyed limiter asked by the tool's name, one key: its own form of a
+//! call by name), and
 //! `tenant_100k` / `governor_keyed_100k` (100,000 partitions made first, then keys
 //! 7,919 apart, as in the `partitions_100k` criterion group: with
 //! `--cache-sim=yes`, the data cache misses per decision), and `tenant_handle_100k` /
@@ -80,6 +82,12 @@ fn run(form: &str, n: u64) {
         }
         "by_name_async" => {
             (0..n).for_each(|_| drop(poll_once(e.admit(black_box(&call))).unwrap()));
+        }
+        "governor_by_key" => {
+            // governor's form of a call by name: its keyed limiter, one key.
+            let gov = governor_keyed();
+            let name = String::from("t");
+            (0..n).for_each(|_| black_box(gov.check_key(black_box(&name))).unwrap());
         }
         "governor_keyed" => {
             let gov = governor_keyed();
@@ -193,6 +201,7 @@ fn main() {
             "rejected",
             "governor_rejected",
             "governor_keyed",
+            "governor_by_key",
         ]
         .into_iter()
         .for_each(|f| run(f, 10)),

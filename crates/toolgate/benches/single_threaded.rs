@@ -7,7 +7,8 @@
 //! same after a compare-and-swap like the one that charges a bucket (the three locked
 //! instructions of an owned permit, where governor's `check()` has the one) and
 //! reading the policy in force, which a reload may swap (one `arc-swap` load).
-//! `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
+//! `admit+complete_by_key/governor` is governor's own form of a call by name: its
+//! keyed limiter asked by the tool's name. `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
 //! against governor's `check()` saying when to retry.
 
 use criterion::{BenchmarkId, Criterion};
@@ -16,7 +17,8 @@ use toolgate::{Call, Completion};
 use governor::clock::Clock;
 
 use crate::support::{
-    engine, governor_direct, governor_spent, GOVERNOR, OPEN_BUCKET, SPENT_BUCKET, TOOLGATE,
+    engine, governor_direct, governor_keyed, governor_spent, GOVERNOR, OPEN_BUCKET, SPENT_BUCKET,
+    TOOLGATE,
 };
 
 pub(crate) fn bench(c: &mut Criterion) {
@@ -76,6 +78,14 @@ pub(crate) fn bench(c: &mut Criterion) {
     let gov = governor_direct();
     g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
         b.iter(|| gov.check().unwrap());
+    });
+    // governor's own form of a call by name: its keyed limiter, asked by the tool's
+    // name as the key (one key, so its map holds one entry, made before the loop).
+    let keyed = governor_keyed();
+    let name = String::from("t");
+    keyed.check_key(&name).unwrap();
+    g.bench_function(BenchmarkId::new("admit+complete_by_key", GOVERNOR), |b| {
+        b.iter(|| keyed.check_key(std::hint::black_box(&name)).unwrap());
     });
     g.finish();
 
