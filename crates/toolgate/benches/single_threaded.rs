@@ -7,7 +7,7 @@
 //! same after a compare-and-swap like the one that charges a bucket (the three locked
 //! instructions of an owned permit, where governor's `check()` has the one) and
 //! reading the policy in force, which a reload may swap (one `arc-swap` load).
-//! `admit+complete_by_key/governor` is governor's own form of a call by name: its
+//! `admit+complete_by_key/governor_keyed` is governor's own form of a call by name: its
 //! keyed limiter asked by the tool's name. `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
 //! against governor's `check()` saying when to retry.
 
@@ -84,9 +84,13 @@ pub(crate) fn bench(c: &mut Criterion) {
     let keyed = governor_keyed();
     let name = String::from("t");
     keyed.check_key(&name).unwrap();
-    g.bench_function(BenchmarkId::new("admit+complete_by_key", GOVERNOR), |b| {
-        b.iter(|| keyed.check_key(std::hint::black_box(&name)).unwrap());
-    });
+    // Named `governor_keyed`, so that the `/governor` row stays the one divided by.
+    g.bench_function(
+        BenchmarkId::new("admit+complete_by_key", "governor_keyed"),
+        |b| {
+            b.iter(|| keyed.check_key(std::hint::black_box(&name)).unwrap());
+        },
+    );
     g.finish();
 
     let mut g = c.benchmark_group("spent_bucket");
