@@ -7,9 +7,10 @@
 //! same after a compare-and-swap like the one that charges a bucket (the three locked
 //! instructions of an owned permit, where governor's `check()` has the one) and
 //! reading the policy in force, which a reload may swap (one `arc-swap` load).
-//! `admit+complete_by_key/governor_keyed` is governor's own form of a call by name: its
-//! keyed limiter asked by the tool's name. `spent_bucket` times a refusal on a spent bucket, by name with its `retry_after`,
-//! against governor's `check()` saying when to retry.
+//! `admit+complete_by_key/governor_keyed` is governor's own form of a call by name:
+//! its keyed limiter asked by the tool's name. `spent_bucket` times a refusal on a
+//! spent bucket, by name with its `retry_after`, against governor's `check()` saying
+//! when to retry.
 
 use criterion::{BenchmarkId, Criterion};
 use toolgate::{Call, Completion};
