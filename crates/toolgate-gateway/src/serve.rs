@@ -88,14 +88,20 @@ async fn serve(opts: Options) -> ExitCode {
     let limits = crate::conn::fit_to_fd_limit(crate::conn::Limits::new(&loaded.settings));
     // The engine registers its metric handles: the recorder comes first.
     crate::metrics::install();
-    let cores = match crate::conn::Cores::per_cpu() {
-        Ok(c) => std::sync::Arc::new(c),
-        Err(e) => return cannot_start(&format!("cannot start the connections' runtimes: {e}")),
+    // A runtime per core where requests wait for Redis: each has its own link, and
+    // no thread wakes another for an answer. In memory nothing waits, and the shared
+    // worker pool serves more per CPU (docs/gateway.md, connections).
+    let cores = match &store {
+        Store::Memory => None,
+        Store::Redis(_) => match crate::conn::Cores::per_cpu() {
+            Ok(c) => Some(std::sync::Arc::new(c)),
+            Err(e) => return cannot_start(&format!("cannot start the connections' runtimes: {e}")),
+        },
     };
-    let engine = match store
-        .engine_for(loaded.policy.clone(), cores.handles())
-        .await
-    {
+    let runtimes = cores
+        .as_deref()
+        .map_or_else(Vec::new, crate::conn::Cores::handles);
+    let engine = match store.engine_for(loaded.policy.clone(), runtimes).await {
         Ok(e) => e,
         Err(e) => return cannot_start(&e.0),
     };
@@ -142,7 +148,7 @@ async fn serve(opts: Options) -> ExitCode {
         listener,
         state.clone(),
         limits,
-        Some(cores),
+        cores,
         until_stopped(stopped.clone()),
     );
     let (served, ()) = tokio::join!(http, mesh_down);

@@ -13,8 +13,9 @@
 //!   (the `head_error` module doc says how);
 //! - `shutdown_grace` bounds the shutdown whatever clients do.
 //!
-//! `toolgate serve` serves each connection on one of a set of single-threaded
-//! runtimes ([`Cores`], [`serve_on`]); [`serve`] serves them on the current runtime.
+//! `toolgate serve` on the Redis store serves each connection on one of a set of
+//! single-threaded runtimes ([`Cores`], [`serve_on`]); [`serve`] serves them on the
+//! current runtime, as `toolgate serve` does in memory.
 
 mod activity;
 mod cores;

@@ -362,6 +362,23 @@ fn serve_listens_on_a_host_name_such_as_localhost() {
     assert!(base.starts_with("http://127.0.0.1:"), "{base}");
 }
 
+/// In memory, `toolgate serve` serves its connections on the shared worker pool, with
+/// no runtime per core: those pay only where requests wait for Redis (the Redis
+/// store's test counts one per core).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_connections_are_served_by_the_shared_worker_pool() {
+    let (mut child, base, _) = serve(&[]);
+    let status = reqwest::get(format!("{base}/v1/tools"))
+        .await
+        .map(|r| r.status().as_u16());
+    let cores = crate::procs::core_threads(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status.ok(), Some(200));
+    assert_eq!(cores, 0);
+}
+
 #[test]
 fn an_unknown_store_is_refused_with_exit_2() {
     let out = toolgate()

@@ -13,6 +13,18 @@ pub struct Redis {
     dir: std::path::PathBuf,
 }
 
+/// How many threads of process `pid` serve connections on a runtime of their own
+/// (`toolgate-core-<i>`), read from `/proc`.
+#[cfg(target_os = "linux")]
+pub fn core_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the process's threads")
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|name| name.starts_with("toolgate-core-"))
+        .count()
+}
+
 /// A `toolgate serve` process, killed on drop.
 pub struct Gateway {
     pub child: Child,

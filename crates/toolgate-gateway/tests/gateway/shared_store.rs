@@ -327,5 +327,7 @@ async fn each_core_of_a_gateway_on_redis_has_its_own_redis_connection() {
     );
     // Every admission went through its core's own connection.
     assert_eq!(redis_clients(&redis) - before, 3);
+    #[cfg(target_os = "linux")]
+    assert_eq!(crate::procs::core_threads(gw.child.id()), 3);
     remove_config(&config);
 }

@@ -52,9 +52,11 @@ pub async fn start_file(path: &std::path::Path) -> Server {
     start_on(AppState::new(source, loaded, engine).expect("state")).await
 }
 
-/// Serves `state` as `toolgate serve` does (the same accept loop, with the limits of
-/// its `[gateway]` table, each connection on one of two runtimes of its own), until
-/// the test's runtime ends.
+/// Serves `state` as `toolgate serve` does on the Redis store (the same accept loop,
+/// with the limits of its `[gateway]` table, each connection on one of two runtimes
+/// of its own), until the test's runtime ends. In memory `toolgate serve` serves
+/// them on its worker pool instead, through the same function per connection; the
+/// CLI tests run that path.
 pub async fn start_on(state: AppState) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
