@@ -1,6 +1,8 @@
-//! The connections' runtimes: one single-threaded Tokio runtime per core, each on a
-//! thread of its own, each serving the connections the accept loop hands it, the
-//! one with the fewest open connections first.
+//! The connections' runtimes on the Redis store: one single-threaded Tokio runtime
+//! per core, each on a thread of its own, each serving the connections the accept
+//! loop hands it, the one with the fewest open connections first. (In memory
+//! `toolgate serve` serves them on its worker pool: docs/benchmarks.md, gateway,
+//! round twenty-four.)
 //!
 //! A connection's request runs where its connection does, start to end: what it
 //! waits for (a store's answer, an upstream's) wakes it on that thread, and no
