@@ -14,9 +14,22 @@ pub struct Server {
     pub base: String,
     pub state: AppState,
     pub http: reqwest::Client,
-    /// The runtimes that serve the connections, as `toolgate serve`'s.
-    pub cores: Arc<Cores>,
+    /// The runtimes that serve the connections, as `toolgate serve`'s on the Redis
+    /// store; `None`: served on the test's runtime, as `toolgate serve` in memory.
+    pub cores: Option<Arc<Cores>>,
 }
+
+/// How a test's gateway serves its connections: as `toolgate serve` does on the
+/// Redis store (each on one of two runtimes of its own) or in memory (on the
+/// process's worker pool, here the test's runtime).
+#[derive(Debug, Clone, Copy)]
+pub enum Shape {
+    Cores,
+    Pool,
+}
+
+/// Both [`Shape`]s, for the tests of what each connection is held to.
+pub const SHAPES: [Shape; 2] = [Shape::Cores, Shape::Pool];
 
 /// `body` written to a config file in a directory of its own, named for the test
 /// (`name`) and this process.
@@ -40,6 +53,14 @@ pub async fn start(toml: &str) -> Server {
     start_on(AppState::from_toml(toml).expect("valid config")).await
 }
 
+/// [`start`], serving its connections in the given shape (printed, so that a failing
+/// test's output says which).
+pub async fn start_shaped(toml: &str, shape: Shape) -> Server {
+    println!("connections served as {shape:?}");
+    let state = AppState::from_toml(toml).expect("valid config");
+    start_on_shaped(state, shape).await
+}
+
 /// Starts a gateway whose config is read from (and reloaded from) a file.
 pub async fn start_file(path: &std::path::Path) -> Server {
     let source = Source::File(path.to_path_buf());
@@ -55,22 +76,27 @@ pub async fn start_file(path: &std::path::Path) -> Server {
 /// Serves `state` as `toolgate serve` does on the Redis store (the same accept loop,
 /// with the limits of its `[gateway]` table, each connection on one of two runtimes
 /// of its own), until the test's runtime ends. In memory `toolgate serve` serves
-/// them on its worker pool instead, through the same function per connection; the
-/// CLI tests run that path.
+/// them on its worker pool instead, through the same function per connection
+/// ([`start_shaped`] with [`Shape::Pool`]; the CLI tests run the binary so).
 pub async fn start_on(state: AppState) -> Server {
+    start_on_shaped(state, Shape::Cores).await
+}
+
+/// [`start_on`], serving the connections in the given shape.
+pub async fn start_on_shaped(state: AppState, shape: Shape) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let limits = Limits::new(&state.live().settings);
-    let cores = Arc::new(Cores::start(2).expect("the connections' runtimes"));
-    let serving = toolgate_gateway::conn::serve_on(
-        listener,
-        state.clone(),
-        limits,
-        Some(cores.clone()),
-        pending(),
-    );
+    let cores = match shape {
+        Shape::Cores => Some(Arc::new(
+            Cores::start(2).expect("the connections' runtimes"),
+        )),
+        Shape::Pool => None,
+    };
+    let serving =
+        toolgate_gateway::conn::serve_on(listener, state.clone(), limits, cores.clone(), pending());
     tokio::spawn(serving);
     Server {
         base: format!("http://{addr}"),
