@@ -72,6 +72,19 @@ async fn connections_are_spread_over_the_cores_and_served_there() {
     .await;
 }
 
+/// One health check on a new kept-alive connection, which is then read until the
+/// gateway closes it (within `limit`): the statuses of its answers, and when it closed.
+async fn health_check_then_closed(s: &Server, limit: Duration) -> (Vec<u16>, Duration) {
+    let mut c = connect(s).await;
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        .await
+        .expect("write");
+    let (bytes, after) = read_until_closed(&mut c, limit)
+        .await
+        .unwrap_or_else(|| panic!("not closed within {limit:?}"));
+    (responses(&bytes).iter().map(|r| r.status).collect(), after)
+}
+
 fn open_and_overflow(s: &Server) -> usize {
     let c = s.state.connections().to_json();
     (c["open"].as_u64().expect("open") + c["overflow"].as_u64().expect("overflow")) as usize
@@ -117,16 +130,8 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
             shape,
         )
         .await;
-        let mut c = connect(&s).await;
-        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
-            .await
-            .expect("write");
-        let (bytes, after) = read_until_closed(&mut c, Duration::from_secs(3))
-            .await
-            .expect("closed within 3 s");
-        let res = responses(&bytes);
-        assert_eq!(res.len(), 1);
-        assert_eq!(res[0].status, 200);
+        let (statuses, after) = health_check_then_closed(&s, Duration::from_secs(3)).await;
+        assert_eq!(statuses, [200]);
         assert!(
             after >= Duration::from_millis(250),
             "closed after {after:?}"
@@ -144,14 +149,8 @@ async fn the_idle_timeout_may_be_longer_than_the_header_read_timeout() {
             shape,
         )
         .await;
-        let mut c = connect(&s).await;
-        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
-            .await
-            .expect("write");
-        let (bytes, after) = read_until_closed(&mut c, Duration::from_secs(4))
-            .await
-            .expect("closed within 4 s");
-        assert_eq!(responses(&bytes)[0].status, 200);
+        let (statuses, after) = health_check_then_closed(&s, Duration::from_secs(4)).await;
+        assert_eq!(statuses, [200]);
         assert!(
             after >= Duration::from_millis(1200),
             "closed after {after:?}"
