@@ -21,6 +21,11 @@ fn unpooled() -> reqwest::Client {
         .expect("client")
 }
 
+/// Held by the tests whose connections are refused, for as long as they refuse any:
+/// the refusal counter is one for every gateway of this test process, so a test reads
+/// it moving by its own refusals only while no other test refuses.
+static REFUSING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `n` connections, each holding a partial request head, once the gateway counts them.
 async fn hold(s: &Server, n: usize) -> Vec<TcpStream> {
     let before = open_and_overflow(s);
@@ -233,8 +238,12 @@ async fn at_max_connections_health_checks_answer_and_other_requests_get_connecti
             shape,
         )
         .await;
-        let held = hold(&s, 4).await;
+        let _refusing = REFUSING.lock().await;
         let http = unpooled();
+        // Read in the process (a request would open a connection of its own).
+        let page = toolgate_gateway::metrics::install().render();
+        let refused_before = metric(&page, REFUSED_OVERFLOW);
+        let held = hold(&s, 4).await;
         let health = s.send(http.get(s.url("/healthz"))).await;
         assert_eq!(health.status, 200, "{:?}", health.body);
         assert_eq!(health.body["connections"]["open"], 4, "{:?}", health.body);
@@ -273,10 +282,8 @@ async fn at_max_connections_health_checks_answer_and_other_requests_get_connecti
             .text()
             .await
             .expect("text");
-        let refused = metric(
-            &text,
-            "toolgate_connections_refused_total{action=\"overflow\"}",
-        );
+        // This gateway's three: the health check, the admit and the metrics above.
+        let refused = metric(&text, REFUSED_OVERFLOW) - refused_before;
         assert!(refused >= 3.0, "{text}");
         assert!(metric(&text, "toolgate_connections") >= 1.0, "{text}");
     }
@@ -290,6 +297,7 @@ async fn connections_beyond_the_overflow_are_closed_at_once() {
             shape,
         )
         .await;
+        let _refusing = REFUSING.lock().await;
         // One served, 64 (the least overflow) on the health-only answer.
         let _held = hold(&s, 1 + 64).await;
         let mut extra = connect(&s).await;
@@ -301,6 +309,9 @@ async fn connections_beyond_the_overflow_are_closed_at_once() {
         assert_eq!(open_and_overflow(&s), 65);
     }
 }
+
+/// The series of connections refused onto the health-only answer.
+const REFUSED_OVERFLOW: &str = "toolgate_connections_refused_total{action=\"overflow\"}";
 
 /// The value of the series `name` (with its labels) in a Prometheus text page.
 fn metric(text: &str, name: &str) -> f64 {
