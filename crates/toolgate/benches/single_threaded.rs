@@ -18,17 +18,18 @@ use toolgate::{Call, Completion};
 use governor::clock::Clock;
 
 use crate::support::{
-    engine, governor_direct, governor_keyed, governor_spent, GOVERNOR, OPEN_BUCKET, SPENT_BUCKET,
-    TOOLGATE,
+    engine, governor_direct, governor_keyed, governor_spent, iter_refilled, open_engine, GOVERNOR,
+    OPEN_BUCKET, REFILL, SPENT_BUCKET, TOOLGATE,
 };
 
 pub(crate) fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("single_quota_uncontended");
-    let e = engine(OPEN_BUCKET);
+    let (e, clock) = open_engine(OPEN_BUCKET);
+    let refill = || clock.advance(REFILL);
     let call = Call::new("t");
     let handle = e.tool("t");
     g.bench_function(BenchmarkId::new("admit+complete", TOOLGATE), |b| {
-        b.iter(|| {
+        iter_refilled(b, refill, || {
             drop(
                 handle
                     .try_admit_scoped(std::hint::black_box(&call))
@@ -37,7 +38,7 @@ pub(crate) fn bench(c: &mut Criterion) {
         });
     });
     g.bench_function(BenchmarkId::new("admit+complete_success", TOOLGATE), |b| {
-        b.iter(|| {
+        iter_refilled(b, refill, || {
             handle
                 .try_admit_scoped(std::hint::black_box(&call))
                 .unwrap()
@@ -47,11 +48,15 @@ pub(crate) fn bench(c: &mut Criterion) {
     g.bench_function(
         BenchmarkId::new("admit+complete_owned_permit", TOOLGATE),
         |b| {
-            b.iter(|| drop(handle.try_admit(std::hint::black_box(&call)).unwrap()));
+            iter_refilled(b, refill, || {
+                drop(handle.try_admit(std::hint::black_box(&call)).unwrap())
+            });
         },
     );
     g.bench_function(BenchmarkId::new("admit+complete_by_name", TOOLGATE), |b| {
-        b.iter(|| drop(e.try_admit(std::hint::black_box(&call)).unwrap()));
+        iter_refilled(b, refill, || {
+            drop(e.try_admit(std::hint::black_box(&call)).unwrap())
+        });
     });
     let shared = std::sync::Arc::new(0u64);
     g.bench_function(BenchmarkId::new("floor: Arc clone+drop", TOOLGATE), |b| {
@@ -78,7 +83,7 @@ pub(crate) fn bench(c: &mut Criterion) {
     });
     let gov = governor_direct();
     g.bench_function(BenchmarkId::new("admit+complete", GOVERNOR), |b| {
-        b.iter(|| gov.check().unwrap());
+        iter_refilled(b, || gov.clock().advance(REFILL), || gov.check().unwrap());
     });
     // governor's own form of a call by name: its keyed limiter, asked by the tool's
     // name as the key (one key, so its map holds one entry, made before the loop).
@@ -89,7 +94,11 @@ pub(crate) fn bench(c: &mut Criterion) {
     g.bench_function(
         BenchmarkId::new("admit+complete_by_key", "governor_keyed"),
         |b| {
-            b.iter(|| keyed.check_key(std::hint::black_box(&name)).unwrap());
+            iter_refilled(
+                b,
+                || keyed.clock().advance(REFILL),
+                || keyed.check_key(std::hint::black_box(&name)).unwrap(),
+            );
         },
     );
     g.finish();
