@@ -21,10 +21,12 @@
 //!
 //! One concept per file, each using only those before it: `options` (what a run is
 //! given and tells each attempt), `attempt` (how an attempt ended), `history` (the
-//! record of the attempts), `failure` (how the call ended), `run` (the steps: admit,
-//! attempt, complete, retry or stop).
+//! record of the attempts), `failure` (how the call ended), `delay` (the wait before the
+//! next attempt, or why there is none), `run` (the steps: admit, attempt, complete,
+//! retry or stop).
 
 mod attempt;
+mod delay;
 mod failure;
 mod history;
 mod options;

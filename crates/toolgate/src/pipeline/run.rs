@@ -17,6 +17,7 @@ use crate::vocab::{
 };
 
 use super::attempt::{AttemptEnd, AttemptResult};
+use super::delay::next_delay;
 use super::failure::{RunFailure, RunOutput, StopReason};
 use super::history::{AttemptRecord, History};
 use super::options::{AttemptCtx, RunOptions};
@@ -414,66 +415,6 @@ fn retry_label(class: Class, end: AttemptEnd) -> &'static str {
         (_, AttemptEnd::Timeout) => "timeout",
         _ => "status",
     }
-}
-
-/// The wait before the next attempt, or why there is none.
-#[allow(clippy::too_many_arguments)]
-fn next_delay(
-    class: Class,
-    end: AttemptEnd,
-    status: Option<u16>,
-    number: u32,
-    retry: Option<&RetryRuntime>,
-    now: Nanos,
-    deadline_at: Option<Nanos>,
-    jitter: fn() -> f64,
-) -> Result<Duration, StopReason> {
-    let delay = match class {
-        Class::Success | Class::Terminal => {
-            return Err(match (end, status) {
-                (AttemptEnd::Invalid, _) => StopReason::InvalidOutput,
-                (_, Some(s)) if s >= 400 => StopReason::TerminalStatus,
-                _ => StopReason::TerminalError,
-            })
-        }
-        Class::RetryAfter(_) | Class::Backoff => {
-            let Some(r) = retry else {
-                return Err(StopReason::NotRetryable);
-            };
-            if number >= r.config.max_attempts {
-                return Err(StopReason::AttemptsExhausted);
-            }
-            let ends_after_deadline =
-                |d: Duration| deadline_at.is_some_and(|at| now.saturating_add(nanos(d)) >= at);
-            match class {
-                Class::RetryAfter(d) => {
-                    if d > r.config.max_retry_after {
-                        return Err(StopReason::RetryAfterTooLong);
-                    }
-                    if ends_after_deadline(d) {
-                        return Err(StopReason::RetryAfterBeyondDeadline);
-                    }
-                    d
-                }
-                _ => {
-                    let mut uniform = jitter;
-                    let d = r
-                        .backoff
-                        .map_or(Duration::ZERO, |b| b.delay(number - 1, &mut uniform));
-                    if ends_after_deadline(d) {
-                        return Err(StopReason::DeadlineExceeded);
-                    }
-                    d
-                }
-            }
-        }
-    };
-    if let Some(r) = retry {
-        if !r.budget.try_withdraw(now) {
-            return Err(StopReason::RetryBudgetExhausted);
-        }
-    }
-    Ok(delay)
 }
 
 /// One line per failed attempt: tool, attempt, status, latency, the delay before
