@@ -153,7 +153,8 @@ impl<'r, 'k> Run<'r, 'k> {
             };
             // 2. Execution under the remaining deadline.
             let t0 = this.now();
-            let ended = this.execute(attempt(this.ctx(number, t0, &permit))).await;
+            let fut = std::pin::pin!(attempt(this.ctx(number, t0, &permit)));
+            let ended = this.execute(fut).await;
             let measured = Duration::from_nanos(this.now().saturating_sub(t0));
             let Some(res) = ended else {
                 return Err(ExecuteError::Tool(
@@ -233,12 +234,11 @@ impl<'r, 'k> Run<'r, 'k> {
     /// Step 2: the attempt, raced against the call's deadline (`None`: cut by it).
     async fn execute<T, E>(
         &self,
-        fut: impl Future<Output = AttemptResult<T, E>>,
+        mut fut: std::pin::Pin<&mut impl Future<Output = AttemptResult<T, E>>>,
     ) -> Option<AttemptResult<T, E>> {
         let Some(at) = self.deadline_at else {
             return Some(fut.await);
         };
-        let mut fut = std::pin::pin!(fut);
         // Poll once before arming the deadline's timer: an attempt that is ready at
         // once needs none.
         match std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
