@@ -205,17 +205,6 @@ impl Permit {
         self.tool = None;
     }
 
-    /// [`Permit::complete`], handing the permit's reference to its tool back instead
-    /// of giving it up: a run lends its own reference to its first attempt's permit
-    /// and takes it back here, so that the attempt takes no count on the tool and
-    /// gives none back.
-    #[inline]
-    pub(crate) fn complete_into_tool(mut self, completion: Completion) -> Option<Arc<ToolRuntime>> {
-        self.finish(Some(completion));
-        // Ended: its drop has nothing left to do.
-        self.tool.take()
-    }
-
     /// Gives back what admission charged, for a call that never ran (an unused part
     /// of a reservation made with [`crate::Engine::try_admit_all`]): concurrency is
     /// released, and request and token buckets are refunded — less the refill since
@@ -300,9 +289,7 @@ impl Permit {
         if let Some(lease) = extra.and_then(|e| e.lease) {
             lease.complete(completion);
         }
-        // Left in place: ending the permit ([`Permit::complete`], its drop) gives it
-        // up, or hands it back ([`Permit::complete_into_tool`]).
-        let Some(tool) = &self.tool else {
+        let Some(tool) = self.tool.take() else {
             return;
         };
         let core = &tool.shared;

@@ -37,6 +37,3 @@ pub use failure::{RunFailure, RunOutput, StopReason};
 pub use history::{AttemptRecord, History};
 pub use options::{AttemptCtx, RunOptions};
 pub(crate) use run::run;
-
-#[cfg(all(test, not(loom)))]
-mod tests;

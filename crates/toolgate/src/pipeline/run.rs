@@ -27,12 +27,7 @@ struct Run<'r, 'k> {
     live: &'r Live,
     call: &'r Call<'r>,
     options: RunOptions<'k>,
-    /// `None` also while the run's first attempt holds it ([`Run::lent`]).
     tool: Option<Arc<ToolRuntime>>,
-    /// Whether the run lent its tool to its first attempt's permit (moved, not
-    /// cloned: no count taken on the tool, none given back), to take it back when
-    /// that permit ends ([`Run::complete`]).
-    lent: bool,
     /// Whether the call may be retried: an idempotent tool, or a key.
     retries: bool,
     deadline_at: Option<Nanos>,
@@ -88,7 +83,6 @@ impl<'r, 'k> Run<'r, 'k> {
             call,
             options,
             tool,
-            lent: false,
             retries,
             deadline_at,
             jitter: options.jitter.unwrap_or(fastrand::f64),
@@ -125,7 +119,7 @@ impl<'r, 'k> Run<'r, 'k> {
         Fut: Future<Output = AttemptResult<T, E>>,
     {
         // Started at the first poll, like any async function's body.
-        let mut this = Self::new(live, call, options);
+        let this = Self::new(live, call, options);
         let mut tally = Tally {
             // Most calls take one attempt, which the history holds inline.
             history: History::new(),
@@ -203,20 +197,16 @@ impl<'r, 'k> Run<'r, 'k> {
 
     /// Step 1, decided at once where it can be (no admission future to build): the
     /// first attempt on the tool resolved for the run a moment ago (one lookup by name
-    /// per call, not two), lent to the attempt's permit ([`Run::lent`]). `Err`: what
-    /// `admit::admit` takes instead, that tool, or `None` for a retry, which looks it
-    /// up again so that a reload between attempts is seen.
+    /// per call, not two). `Err`: what `admit::admit` takes instead, that tool, or
+    /// `None` for a retry, which looks it up again so that a reload between attempts
+    /// is seen.
     fn admit_at_once(
-        &mut self,
+        &self,
         call: &Call<'_>,
         number: u32,
     ) -> Result<Result<Permit, Rejection>, Option<Arc<ToolRuntime>>> {
-        if number != 1 {
-            return Err(None);
-        }
-        let tool = self.tool.take().ok_or(None)?;
-        self.lent = true;
-        admit::decide_now(self.live, tool, call, Waits::AsTheToolSays).map_err(Some)
+        let tool = self.tool.as_ref().filter(|_| number == 1).ok_or(None)?;
+        admit::decide_now(self.live, tool, call, Waits::AsTheToolSays).map_err(|t| Some(t.clone()))
     }
 
     /// What attempt `number`, starting at `t0` on `permit`, is told.
@@ -261,12 +251,16 @@ impl<'r, 'k> Run<'r, 'k> {
     /// (the tool's pause ends no later than then plus the Retry-After) and the
     /// attempt's record.
     fn complete<T, E>(
-        &mut self,
+        &self,
         permit: Permit,
         res: &AttemptResult<T, E>,
         number: u32,
         measured: Duration,
     ) -> (Class, Nanos, AttemptRecord) {
+        let class = match res.class() {
+            Class::RetryAfter(d) => Class::RetryAfter(d.min(self.max_pause())),
+            c => c,
+        };
         let latency = res.latency.unwrap_or(measured);
         let mut completion = Completion::new(res.outcome()).latency(latency);
         if let Some(n) = res.tokens {
@@ -278,16 +272,7 @@ impl<'r, 'k> Run<'r, 'k> {
         if let Some(s) = res.server_limit {
             completion = completion.server_limit(s);
         }
-        let tool = permit.complete_into_tool(completion);
-        if std::mem::take(&mut self.lent) {
-            // The tool the call was admitted on: the run's own, or the one a reload
-            // put in force while it was being admitted.
-            self.tool = tool;
-        }
-        let class = match res.class() {
-            Class::RetryAfter(d) => Class::RetryAfter(d.min(self.max_pause())),
-            c => c,
-        };
+        permit.complete(completion);
         let record = AttemptRecord {
             number,
             end: res.end,
