@@ -2,16 +2,23 @@
 //! next to bare admission (`try_admit` + `complete`) and next to a tower
 //! `ConcurrencyLimit` + `RateLimit` stack, in the same run. Every side runs a
 //! trivially ready "tool", polled once with a no-op waker, so only the machinery is
-//! measured. Run: `cargo bench -p toolgate --bench pipeline`.
+//! measured. `pipeline_2_threads` runs the two toolgate rows on both cores at once,
+//! on the one tool: what they write to the tool's shared state (its bucket, its
+//! breaker, the count of its references) is then written from two cores. Run:
+//! `cargo bench -p toolgate --bench pipeline`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
 
 use std::future::{ready, Future};
 use std::hint::black_box;
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use toolgate::{AttemptResult, Call, Completion, Engine, ManualClock, Policy, RunOptions};
@@ -80,5 +87,59 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// Runs `op` `iters` times split over two threads; the wall time of the slower, so
+/// that criterion (dividing by `iters`) reports the machine's time per call.
+fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
+    let start = Barrier::new(2);
+    let per = iters.div_ceil(2);
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..per {
+                        op();
+                    }
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .max()
+            .unwrap()
+    })
+}
+
+fn bench_two_threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pipeline_2_threads");
+    let engine = Engine::with_clock(
+        Policy::from_toml_str(TOOL).unwrap(),
+        Arc::new(ManualClock::new()),
+    );
+    let call = Call::new("t");
+    g.bench_function(BenchmarkId::new("try_admit+complete", "toolgate"), |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                let permit = engine.try_admit(black_box(&call)).unwrap();
+                permit.complete(Completion::success().latency(Duration::ZERO));
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("run", "toolgate"), |b| {
+        b.iter_custom(|iters| {
+            on_two_threads(iters, &|| {
+                let out = poll_once(engine.run(black_box(&call), RunOptions::new(), |ctx| {
+                    ready(AttemptResult::<u32, ()>::success(ctx.number()))
+                }));
+                black_box(out.unwrap().value);
+            })
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_two_threads);
 criterion_main!(benches);
