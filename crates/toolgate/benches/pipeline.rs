@@ -8,21 +8,23 @@
 //! `cargo bench -p toolgate --bench pipeline`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
-#![allow(
-    clippy::disallowed_methods,
-    reason = "a benchmark measures real elapsed time"
-)]
 
 use std::future::{ready, Future};
 use std::hint::black_box;
 use std::pin::pin;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use toolgate::{AttemptResult, Call, Completion, Engine, ManualClock, Policy, RunOptions};
 use tower::{Service, ServiceBuilder};
+
+#[path = "support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use support::on_two_threads;
 
 /// An always-open bucket, a closed circuit breaker and retries configured (so the
 /// pipeline arms its deadline): the realistic shape of a resilient tool.
@@ -85,32 +87,6 @@ fn bench(c: &mut Criterion) {
         },
     );
     g.finish();
-}
-
-/// Runs `op` `iters` times split over two threads; the wall time of the slower, so
-/// that criterion (dividing by `iters`) reports the machine's time per call.
-fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
-    let start = Barrier::new(2);
-    let per = iters.div_ceil(2);
-    std::thread::scope(|s| {
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
-                    start.wait();
-                    let t0 = Instant::now();
-                    for _ in 0..per {
-                        op();
-                    }
-                    t0.elapsed()
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().unwrap())
-            .max()
-            .unwrap()
-    })
 }
 
 fn bench_two_threads(c: &mut Criterion) {

@@ -2,7 +2,7 @@
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use criterion::Bencher;
@@ -57,6 +57,37 @@ pub(crate) fn iter_refilled<R>(
         }
         start.elapsed()
     });
+}
+
+/// Runs `op` `iters` times split over two threads (both cores); returns the wall time
+/// of the slower thread, so that criterion (which divides by `iters`, the calls of
+/// both threads together) reports the wall time per call of the whole machine.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures real elapsed time"
+)]
+pub(crate) fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
+    let start = Barrier::new(2);
+    let per = iters.div_ceil(2);
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..per {
+                        op();
+                    }
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .max()
+            .unwrap()
+    })
 }
 
 pub(crate) const OPEN_BUCKET: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000";
