@@ -46,23 +46,9 @@ use toolgate::{AttemptResult, Call, Completion, RunOptions};
 mod support;
 
 use support::{
-    engine, governor_direct, governor_keyed, governor_spent, tenant_keys, FOUR_QUOTAS, OPEN_BUCKET,
-    SPENT_BUCKET,
+    engine, governor_direct, governor_keyed, governor_spent, poll_once, tenant_keys, FOUR_QUOTAS,
+    OPEN_BUCKET, PIPELINE_TOOL, SPENT_BUCKET,
 };
-
-/// A tool with a closed breaker and retries configured (as in the `pipeline` bench):
-/// `pipeline_run` runs a ready attempt through `Engine::run`, `pipeline_bare` admits
-/// and completes the same call by hand.
-const PIPELINE_TOOL: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000\n\
-    idempotent = true\n[tools.t.circuit]\n[tools.t.retry]";
-
-fn poll_once<F: std::future::Future>(f: F) -> F::Output {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match std::pin::pin!(f).poll(&mut cx) {
-        std::task::Poll::Ready(out) => out,
-        std::task::Poll::Pending => panic!("a ready future was pending"),
-    }
-}
 
 fn run(form: &str, n: u64) {
     let e = engine(OPEN_BUCKET);

@@ -90,6 +90,27 @@ pub(crate) fn on_two_threads(iters: u64, op: &(dyn Fn() + Sync)) -> Duration {
     })
 }
 
+/// An always-open bucket, a closed circuit breaker and retries configured (so the
+/// pipeline arms its deadline): the realistic shape of a resilient tool, as
+/// `Engine::run` is measured on it.
+pub(crate) const PIPELINE_TOOL: &str = r#"
+[tools.t]
+rate = "4000000000/s"
+burst = 4000000000
+idempotent = true
+[tools.t.circuit]
+[tools.t.retry]
+"#;
+
+/// Polls a future that is ready at once (a ready attempt's run), with a no-op waker.
+pub(crate) fn poll_once<F: std::future::Future>(f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(f).poll(&mut cx) {
+        std::task::Poll::Ready(out) => out,
+        std::task::Poll::Pending => panic!("a ready future was pending"),
+    }
+}
+
 pub(crate) const OPEN_BUCKET: &str = "[tools.t]\nrate = \"4000000000/s\"\nburst = 4000000000";
 
 /// One tool under four quotas, all always open: its own rate, a pool's rate, a token

@@ -11,6 +11,8 @@ mod contended;
 mod partitions;
 mod quotas;
 mod single_threaded;
+// Shared with the benches of other binaries, which use other parts of it.
+#[allow(dead_code)]
 mod support;
 
 criterion::criterion_group!(
