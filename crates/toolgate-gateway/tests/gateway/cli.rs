@@ -108,14 +108,7 @@ async fn serve_prints_its_address_and_a_curl_and_serves_the_bundled_config() {
         names,
         ["get_payment_status", "lookup_customer", "search_documents"]
     );
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = crate::support::get_text(&http, &format!("{base}/metrics")).await;
     assert!(
         metrics.contains("toolgate_admissions_total{tool=\"lookup_customer\""),
         "{metrics}"

@@ -7,7 +7,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::support::{
-    connect, eventually, read_until_closed, responses, start, start_shaped, Server, SHAPES, SOON,
+    connect, eventually, get_text, read_until_closed, responses, start, start_shaped, Server,
+    SHAPES, SOON,
 };
 
 /// A request head cut off before its end.
@@ -274,14 +275,7 @@ async fn at_max_connections_health_checks_answer_and_other_requests_get_connecti
                 == 200
         })
         .await;
-        let text = http
-            .get(s.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
+        let text = get_text(&http, &s.url("/metrics")).await;
         // This gateway's three: the health check, the admit and the metrics above.
         let refused = metric(&text, REFUSED_OVERFLOW) - refused_before;
         assert!(refused >= 3.0, "{text}");

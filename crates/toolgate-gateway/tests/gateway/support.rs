@@ -199,6 +199,17 @@ where
 /// A generous bound for "eventually".
 pub const SOON: Duration = Duration::from_secs(10);
 
+/// The body of a GET of `url` as text (a metrics page).
+pub async fn get_text(http: &reqwest::Client, url: &str) -> String {
+    http.get(url)
+        .send()
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("text")
+}
+
 /// A raw connection to `server`, for bytes reqwest cannot send (or holds back).
 pub async fn connect(server: &Server) -> tokio::net::TcpStream {
     let addr = server.base.trim_start_matches("http://");
