@@ -8,26 +8,22 @@
 
 use std::future::ready;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use toolgate::{AttemptResult, Call, Completion, Engine, ManualClock, Policy, RunOptions};
+use toolgate::{AttemptResult, Call, Completion, RunOptions};
 use tower::{Service, ServiceBuilder};
 
 #[path = "support.rs"]
 #[allow(dead_code)]
 mod support;
 
-use support::{poll_once, PIPELINE_TOOL as TOOL};
+use support::{engine, poll_once, PIPELINE_TOOL as TOOL};
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("pipeline_no_retry");
-    let engine = Engine::with_clock(
-        Policy::from_toml_str(TOOL).unwrap(),
-        Arc::new(ManualClock::new()),
-    );
+    let engine = engine(TOOL);
     let call = Call::new("t");
     g.bench_function(BenchmarkId::new("try_admit+complete", "toolgate"), |b| {
         b.iter(|| {

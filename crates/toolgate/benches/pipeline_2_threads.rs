@@ -10,24 +10,20 @@
 
 use std::future::ready;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use toolgate::{AttemptResult, Call, Completion, Engine, ManualClock, Policy, RunOptions};
+use toolgate::{AttemptResult, Call, Completion, RunOptions};
 
 #[path = "support.rs"]
 #[allow(dead_code)]
 mod support;
 
-use support::{on_two_threads, poll_once, PIPELINE_TOOL};
+use support::{engine, on_two_threads, poll_once, PIPELINE_TOOL};
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("pipeline_2_threads");
-    let engine = Engine::with_clock(
-        Policy::from_toml_str(PIPELINE_TOOL).unwrap(),
-        Arc::new(ManualClock::new()),
-    );
+    let engine = engine(PIPELINE_TOOL);
     let call = Call::new("t");
     g.bench_function(BenchmarkId::new("try_admit+complete", "toolgate"), |b| {
         b.iter_custom(|iters| {
